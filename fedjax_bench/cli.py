@@ -1,0 +1,231 @@
+"""The command line: absl flags -> dataset, task, world, algorithm -> engine -> results files.
+
+Bad input exits with status 2 and one line on stderr, before anything is written.
+"""
+
+import datetime
+import os
+import sys
+from typing import Sequence
+
+import numpy as np
+from absl import flags
+
+from fedjax_bench import algorithms, data, models, results
+from fedjax_bench.core import local, server_opt
+from fedjax_bench.errors import UsageError
+
+_MODULE = "fedjax_bench.cli"
+FLAGS = flags.FLAGS
+
+flags.DEFINE_enum("algo", "fedavg", sorted(algorithms.ALGORITHMS), "Algorithm.", module_name=_MODULE)
+flags.DEFINE_enum("dataset", "synthetic", list(data.DATASETS), "Dataset.", module_name=_MODULE)
+flags.DEFINE_enum("model", "logreg", list(models.MODELS), "Model.", module_name=_MODULE)
+flags.DEFINE_enum("partition", "iid", list(data.PARTITIONS), "How the training set is split "
+                  "over clients (image datasets; synthetic data has its own natural split).",
+                  module_name=_MODULE)
+flags.DEFINE_float("alpha", 0.5, "Dirichlet concentration for --partition=dirichlet "
+                   "(smaller: more skewed).", module_name=_MODULE)
+flags.DEFINE_integer("shards_per_client", 2, "Label shards per client for --partition=shards.",
+                     module_name=_MODULE)
+flags.DEFINE_integer("partition_seed", 0, "Seed of the data partition and synthetic data "
+                     "(shared by every --seeds run).", module_name=_MODULE)
+flags.DEFINE_float("synthetic_alpha", 1.0, "LEAF Synthetic(alpha, beta): model heterogeneity.",
+                   module_name=_MODULE)
+flags.DEFINE_float("synthetic_beta", 1.0, "LEAF Synthetic(alpha, beta): data heterogeneity.",
+                   module_name=_MODULE)
+flags.DEFINE_integer("num_clients", 100, "Clients in the population.", module_name=_MODULE)
+flags.DEFINE_enum("participation", "uniform", ["uniform", "full", "bernoulli"],
+                  "uniform: --clients_per_round of --num_clients without replacement; full: "
+                  "everyone; bernoulli: each client independently with --participation_prob.",
+                  module_name=_MODULE)
+flags.DEFINE_integer("clients_per_round", 10, "Cohort size for --participation=uniform.",
+                     module_name=_MODULE)
+flags.DEFINE_float("participation_prob", 0.1, "Probability for --participation=bernoulli.",
+                   module_name=_MODULE)
+flags.DEFINE_integer("cohort_cap", 0, "Static cohort size for bernoulli participation "
+                     "(0: mean + 7 std).", module_name=_MODULE)
+flags.DEFINE_integer("rounds", 100, "Communication rounds.", module_name=_MODULE)
+flags.DEFINE_integer("local_steps", 10, "Local optimizer steps per round.", module_name=_MODULE)
+flags.DEFINE_float("local_epochs", 0.0, "If > 0, each client runs this many epochs of "
+                   "ceil(n_i / batch_size) steps instead of --local_steps.", module_name=_MODULE)
+flags.DEFINE_integer("batch_size", 32, "Local minibatch size.", module_name=_MODULE)
+flags.DEFINE_enum("sampling", "shuffle", list(local.SAMPLINGS), "Local minibatches: shuffled "
+                  "epochs or uniform with replacement.", module_name=_MODULE)
+flags.DEFINE_float("client_lr", 0.1, "Client SGD learning rate.", module_name=_MODULE)
+flags.DEFINE_float("server_lr", 1.0, "Server learning rate.", module_name=_MODULE)
+flags.DEFINE_enum("server_opt", "sgd", list(server_opt.SERVER_OPTS), "Server optimizer on the "
+                  "pseudo-gradient: momentum = FedAvgM, adam/yogi = FedOpt.", module_name=_MODULE)
+flags.DEFINE_float("server_momentum", 0.9, "Momentum for --server_opt=momentum.",
+                   module_name=_MODULE)
+flags.DEFINE_float("server_beta1", 0.9, "beta1 for adam/yogi/amsgrad.", module_name=_MODULE)
+flags.DEFINE_float("server_beta2", 0.99, "beta2 for adam/yogi/amsgrad.", module_name=_MODULE)
+flags.DEFINE_float("server_eps", 1e-3, "epsilon (tau) for adam/yogi/amsgrad.",
+                   module_name=_MODULE)
+flags.DEFINE_enum("weighting", "uniform", ["uniform", "data_size"], "Aggregation weights.",
+                  module_name=_MODULE)
+flags.DEFINE_list("mlp_hidden", ["200", "200"], "Hidden widths of --model=mlp.",
+                  module_name=_MODULE)
+flags.DEFINE_string("seeds", "1", "N runs seeds 0..N-1 together; a comma list (5,7) names them.",
+                    module_name=_MODULE)
+flags.DEFINE_integer("eval_every", 10, "Rounds between evaluations.", module_name=_MODULE)
+flags.DEFINE_integer("final_window", 0, "`final` in summary.json averages the evaluations of "
+                     "the last this many rounds (0: the last evaluation).", module_name=_MODULE)
+flags.DEFINE_integer("train_eval_examples", 10000, "train_loss is scored on a fixed random "
+                     "subset of this many training examples (0: all).", module_name=_MODULE)
+flags.DEFINE_string("output_dir", None, "Where the run's files go (default results/runs/NAME).",
+                    module_name=_MODULE)
+flags.DEFINE_string("name", None, "Run name (default ALGO_DATASET_MODEL).", module_name=_MODULE)
+flags.DEFINE_string("data_dir", None, "TFDS data dir (default $TFDS_DATA_DIR, then TFDS's).",
+                    module_name=_MODULE)
+flags.DEFINE_string("cache_dir", None, "Converted-dataset cache (default $FEDJAX_BENCH_CACHE, "
+                    "then ~/.cache/fedjax_bench).", module_name=_MODULE)
+
+_POSITIVE = ("num_clients", "clients_per_round", "rounds", "batch_size", "eval_every",
+             "shards_per_client", "client_lr", "server_lr", "alpha", "local_steps")
+for _name in _POSITIVE:
+  flags.register_validator(_name, lambda v: v is None or v > 0, f"--{_name} must be positive")
+flags.register_validator("local_epochs", lambda v: v >= 0, "--local_epochs must be >= 0")
+flags.register_validator("final_window", lambda v: v >= 0, "--final_window must be >= 0")
+flags.register_multi_flags_validator(
+    ["participation", "clients_per_round", "num_clients"],
+    lambda f: f["participation"] != "uniform" or f["clients_per_round"] <= f["num_clients"],
+    "--clients_per_round must not exceed --num_clients")
+
+
+def parse_seeds(text: str) -> list[int]:
+  try:
+    if "," in text:
+      seeds = [int(s) for s in text.split(",") if s.strip()]
+    else:
+      seeds = list(range(int(text)))
+  except ValueError:
+    raise UsageError(f"--seeds={text!r} must be a count (3) or a list (5,7)") from None
+  if not seeds or len(set(seeds)) != len(seeds) or min(seeds) < 0:
+    raise UsageError(f"--seeds={text!r} must name at least one distinct non-negative seed")
+  return seeds
+
+
+def parse_argv(argv: Sequence[str]) -> list[str]:
+  """absl's parser, but a bad flag is one line and exit status 2, not a usage dump."""
+  try:
+    return FLAGS(argv)
+  except flags.Error as e:
+    sys.stderr.write(f"error: {e}\n")
+    sys.exit(2)
+
+
+def our_flags() -> dict:
+  return {f.name: f.value for f in FLAGS.get_flags_for_module(_MODULE)}
+
+
+def main(argv: Sequence[str]) -> int:
+  if len(argv) > 1:
+    raise UsageError(f"unexpected arguments {' '.join(argv[1:])!r}; flags look like --name=value")
+  try:
+    return _run()
+  except UsageError as e:
+    sys.stderr.write(f"error: {e}\n")
+    return 2
+
+
+def _output_dir(name: str) -> str:
+  out = FLAGS.output_dir or os.path.join("results", "runs", name)
+  try:
+    os.makedirs(out, exist_ok=True)
+    probe = os.path.join(out, ".write_probe")
+    with open(probe, "w"):
+      pass
+    os.remove(probe)
+  except OSError as e:
+    raise UsageError(f"--output_dir={out!r} is not writable ({e.strerror})") from None
+  return out
+
+
+def _run() -> int:
+  # Heavy imports wait until the flags are known to be good.
+  import jax
+  from fedjax_bench import engine
+  from fedjax_bench.core.task import make_task
+  from fedjax_bench.sim import participation, world as world_lib
+
+  seeds = parse_seeds(FLAGS.seeds)
+  name = FLAGS.name or f"{FLAGS.algo}_{FLAGS.dataset}_{FLAGS.model}"
+  out = _output_dir(name)
+  dataset = data.load(
+      FLAGS.dataset, num_clients=FLAGS.num_clients, partition=FLAGS.partition,
+      alpha=FLAGS.alpha, shards_per_client=FLAGS.shards_per_client,
+      partition_seed=FLAGS.partition_seed, data_dir=FLAGS.data_dir, cache_dir=FLAGS.cache_dir,
+      synthetic_alpha=FLAGS.synthetic_alpha, synthetic_beta=FLAGS.synthetic_beta)
+  report = dataset.report()
+  model = models.make(FLAGS.model, num_classes=dataset.num_classes, is_image=dataset.is_image,
+                      mlp_hidden=tuple(int(h) for h in FLAGS.mlp_hidden))
+  task = make_task(dataset, model, train_eval_examples=FLAGS.train_eval_examples)
+  part = participation.make(FLAGS.participation, FLAGS.num_clients,
+                            clients_per_round=FLAGS.clients_per_round,
+                            prob=FLAGS.participation_prob, cap=FLAGS.cohort_cap)
+  steps = world_lib.client_steps(dataset.train.counts, local_steps=FLAGS.local_steps,
+                                 local_epochs=FLAGS.local_epochs, batch_size=FLAGS.batch_size)
+  world = world_lib.make(part, steps)
+  hparams = {
+      "client_lr": FLAGS.client_lr, "server_lr": FLAGS.server_lr,
+      "batch_size": FLAGS.batch_size, "sampling": FLAGS.sampling,
+      "weighting": FLAGS.weighting, "server_opt": FLAGS.server_opt,
+      "server_opt_kwargs": _server_opt_kwargs(FLAGS.server_opt),
+  }
+  algorithm = algorithms.get(FLAGS.algo)
+  build = lambda hp: algorithm.build(task, world, hp)
+
+  print(f"{name}: {FLAGS.algo} on {FLAGS.dataset} ({report['num_clients']} clients, "
+        f"sizes {report['size_min']}..{report['size_max']}, "
+        f"{report['mean_classes_per_client']:.1f} classes/client), {FLAGS.model}, "
+        f"seeds {seeds}, {jax.device_count()} {jax.default_backend()} device(s)", flush=True)
+  output = engine.run(build, task, hparams, seeds=seeds, rounds=FLAGS.rounds,
+                      eval_every=FLAGS.eval_every, on_eval=_print_progress)
+  config = {"name": name, "flags": our_flags(), "seeds": seeds, "argv": sys.argv,
+            "started": datetime.datetime.now().isoformat(timespec="seconds"),
+            "environment": results.environment_info(),
+            "dataset": {k: v for k, v in report.items()
+                        if k not in ("client_sizes", "label_histograms")}}
+  results.atomic_write_json(os.path.join(out, "partition.json"), report)
+  summary = results.write_run(out, config=config, history=output.history,
+                              final_window=FLAGS.final_window, timing=output.timing)
+  final = summary["final"]
+  print(f"done: test_accuracy {_fmt(final['test_accuracy'])}, train_loss "
+        f"{_fmt(final['train_loss'])}; {output.timing['rounds_per_second']:.1f} rounds/s, "
+        f"compile {output.timing['compile_seconds']:.1f}s; results in {out}")
+  return _divergence_status(output.history)
+
+
+def _server_opt_kwargs(name: str) -> dict:
+  if name == "momentum":
+    return {"momentum": FLAGS.server_momentum}
+  if name in ("adam", "yogi", "amsgrad"):
+    return {"b1": FLAGS.server_beta1, "b2": FLAGS.server_beta2, "eps": FLAGS.server_eps}
+  return {}
+
+
+def _fmt(stat) -> str:
+  if stat["mean"] is None:
+    return "nan"
+  return f"{stat['mean']:.4f} ± {stat['std']:.4f}"
+
+
+def _print_progress(p) -> None:
+  m = p.metrics
+  shown = " ".join(f"{k} {m[k]:.4f}" for k in ("test_accuracy", "test_loss", "train_loss")
+                   if k in m)
+  eta = datetime.timedelta(seconds=round(p.eta_seconds))
+  print(f"round {p.round:>6}/{p.rounds} | {shown} | {p.rounds_per_second:.1f} rounds/s | "
+        f"ETA {eta}", flush=True)
+
+
+def _divergence_status(history) -> int:
+  loss = history.metrics["train_loss"]  # [E, G, S]
+  bad = ~np.isfinite(loss)
+  if not bad.any():
+    return 0
+  e, g, s = np.argwhere(bad)[0]
+  sys.stderr.write(f"error: seed {history.seeds[s]} diverged (non-finite train_loss at round "
+                   f"{history.rounds[e]}); results so far were written\n")
+  return 1

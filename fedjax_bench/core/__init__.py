@@ -1,0 +1,1 @@
+"""Pure building blocks shared by every algorithm."""

@@ -1,0 +1,81 @@
+"""Local training: up to ``max_steps`` optimizer steps in a lax.scan, one client's view.
+
+Vmap ``train`` over a cohort. A client stops after its own ``num_steps`` (the step
+mask carries computational heterogeneity). Minibatches come from the client's own
+examples, either uniformly with replacement or as shuffled epochs: every epoch is a
+fresh permutation, visited in batches, the last batch of an epoch partial
+(drop_remainder=False), padding rows weighted 0.
+"""
+
+from typing import Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+SAMPLINGS = ("shuffle", "replacement")
+
+
+class LocalSpec(NamedTuple):
+  max_steps: int        # static scan length
+  batch_size: int
+  sampling: str = "shuffle"
+
+
+def batch_positions(key, step, count, perm, *, batch_size: int, sampling: str):
+  """Positions in [0, count) of local step ``step``'s examples, their weights, and ``perm``.
+
+  For shuffled epochs, ``perm`` ([max_count] int32, start from ``arange``) carries an
+  incremental Fisher-Yates shuffle: step b of an epoch fixes slots b*B..b*B+B-1 of a
+  uniformly random permutation of [0, count), an O(B) cost instead of a sort per step.
+  Starting each epoch from the previous epoch's order keeps every epoch uniform.
+  """
+  count = jnp.asarray(count, jnp.int32)
+  step_key = jax.random.fold_in(key, step)
+  if sampling == "replacement":
+    pos = jax.random.randint(step_key, (batch_size,), 0, jnp.maximum(count, 1))
+    return pos, jnp.broadcast_to(count > 0, (batch_size,)).astype(jnp.float32), perm
+  if sampling != "shuffle":
+    raise ValueError(f"unknown sampling {sampling!r}; valid: {', '.join(SAMPLINGS)}")
+  steps_per_epoch = jnp.maximum((count + batch_size - 1) // batch_size, 1)
+  slots = (step % steps_per_epoch) * batch_size + jnp.arange(batch_size)
+  valid = slots < count
+  u = jax.random.uniform(step_key, (batch_size,))
+  swaps = jnp.minimum(slots + (u * (count - slots)).astype(jnp.int32), count - 1)
+
+  def swap(j, perm):
+    a, b = slots[j], swaps[j]
+    pa, pb = perm[a], perm[b]
+    return jnp.where(valid[j], perm.at[a].set(pb).at[b].set(pa), perm)
+
+  perm = jax.lax.fori_loop(0, batch_size, swap, perm)
+  pos = perm[jnp.clip(slots, 0, jnp.maximum(count - 1, 0))]
+  return pos, valid.astype(jnp.float32), perm
+
+
+def train(params, key, offset, count, num_steps, *, x, y, loss_fn: Callable,
+          opt: optax.GradientTransformation, spec: LocalSpec, max_count: int):
+  """Runs one client's local steps; returns (new params, mean loss over its steps).
+
+  ``loss_fn(params, xb, yb, wb)`` is the weighted minibatch loss; algorithms that
+  add terms (a proximal term, say) pass their own.
+  """
+  grad_fn = jax.value_and_grad(loss_fn)
+
+  def step(carry, s):
+    p, opt_state, loss_sum, perm = carry
+    pos, w, perm = batch_positions(key, s, count, perm, batch_size=spec.batch_size,
+                                   sampling=spec.sampling)
+    idx = offset + pos
+    loss, g = grad_fn(p, x[idx], y[idx], w)
+    updates, new_opt_state = opt.update(g, opt_state, p)
+    new_p = optax.apply_updates(p, updates)
+    active = s < num_steps
+    keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(active, a, b), new, old)
+    return (keep(new_p, p), keep(new_opt_state, opt_state),
+            loss_sum + jnp.where(active, loss, 0.0), perm), None
+
+  perm = jnp.arange(max_count if spec.sampling == "shuffle" else 1, dtype=jnp.int32)
+  init = (params, opt.init(params), jnp.zeros((), jnp.float32), perm)
+  (params, _, loss_sum, _), _ = jax.lax.scan(step, init, jnp.arange(spec.max_steps))
+  return params, loss_sum / jnp.maximum(num_steps, 1)

@@ -1,0 +1,86 @@
+"""A task binds a model to federated data: loss, parameter init and central evaluation."""
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import linen as nn
+
+from fedjax_bench.data.federated import Dataset
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Task:
+  model: nn.Module
+  x: jax.Array          # [N, ...] all clients' training examples, client after client
+  y: jax.Array          # [N]
+  offsets: jax.Array    # [num_clients]
+  counts: jax.Array     # [num_clients]
+  test_x: jax.Array
+  test_y: jax.Array
+  train_eval_x: jax.Array  # the (sub)set of training examples scored as `train_loss`
+  train_eval_y: jax.Array
+  num_classes: int
+  max_count: int           # the largest client, a static bound for shuffling
+  eval_chunk: int = 2048
+
+  @property
+  def num_clients(self) -> int:
+    return int(self.counts.shape[0])
+
+  def init_params(self, key: jax.Array) -> Any:
+    return self.model.init(key, self.x[:1])["params"]
+
+  def logits(self, params, x: jax.Array) -> jax.Array:
+    return self.model.apply({"params": params}, x)
+
+  def loss(self, params, x: jax.Array, y: jax.Array, w: jax.Array) -> jax.Array:
+    """Cross-entropy averaged with example weights w (0 for padding); 0 if all w are 0."""
+    ce = optax.softmax_cross_entropy_with_integer_labels(self.logits(params, x), y)
+    return jnp.sum(w * ce) / jnp.maximum(jnp.sum(w), 1e-12)
+
+  def evaluate(self, params) -> dict:
+    test_loss, test_acc = _mean_loss_and_accuracy(self, params, self.test_x, self.test_y)
+    train_loss, _ = _mean_loss_and_accuracy(self, params, self.train_eval_x, self.train_eval_y)
+    return {"test_accuracy": test_acc, "test_loss": test_loss, "train_loss": train_loss}
+
+
+def _mean_loss_and_accuracy(task: Task, params, x, y):
+  """Scores x in chunks of ``eval_chunk`` examples to bound memory."""
+  n = x.shape[0]
+  chunk = min(task.eval_chunk, n)
+  pad = (-n) % chunk
+  w = jnp.concatenate([jnp.ones(n), jnp.zeros(pad)])
+  xp = jnp.concatenate([x, jnp.zeros((pad,) + x.shape[1:], x.dtype)])
+  yp = jnp.concatenate([y, jnp.zeros(pad, y.dtype)])
+  shape = lambda a: a.reshape((-1, chunk) + a.shape[1:])
+
+  def one(batch):
+    xb, yb, wb = batch
+    logits = task.logits(params, xb)
+    ce = optax.softmax_cross_entropy_with_integer_labels(logits, yb)
+    return jnp.sum(wb * ce), jnp.sum(wb * (jnp.argmax(logits, -1) == yb))
+
+  loss_sum, correct = jax.lax.map(one, (shape(xp), shape(yp), shape(w)))
+  return jnp.sum(loss_sum) / n, jnp.sum(correct) / n
+
+
+def make_task(dataset: Dataset, model: nn.Module, *, train_eval_examples: int = 10000,
+              eval_seed: int = 0) -> Task:
+  """``train_eval_examples`` > 0 scores `train_loss` on a fixed random subset of that size."""
+  t = dataset.train
+  if t.num_examples == 0:
+    raise ValueError("the training set is empty")
+  idx = np.arange(t.num_examples)
+  if 0 < train_eval_examples < t.num_examples:
+    idx = np.sort(np.random.default_rng(eval_seed).choice(
+        t.num_examples, train_eval_examples, replace=False))
+  return Task(
+      model=model, x=jnp.asarray(t.x), y=jnp.asarray(t.y),
+      offsets=jnp.asarray(t.offsets), counts=jnp.asarray(t.counts),
+      test_x=jnp.asarray(dataset.test_x), test_y=jnp.asarray(dataset.test_y),
+      train_eval_x=jnp.asarray(t.x[idx]), train_eval_y=jnp.asarray(t.y[idx]),
+      num_classes=dataset.num_classes, max_count=max(int(t.counts.max()), 1))

@@ -1,0 +1,87 @@
+"""The federated array layout: one flat example array plus per-client offsets and counts."""
+
+import dataclasses
+
+import numpy as np
+
+
+@dataclasses.dataclass(frozen=True)
+class FederatedData:
+  """Client i owns examples ``x[offsets[i] : offsets[i] + counts[i]]`` (ragged, no padding)."""
+  x: np.ndarray        # [N, *feature_shape] float32
+  y: np.ndarray        # [N] int32
+  offsets: np.ndarray  # [num_clients] int32
+  counts: np.ndarray   # [num_clients] int32
+
+  @property
+  def num_clients(self) -> int:
+    return int(self.counts.shape[0])
+
+  @property
+  def num_examples(self) -> int:
+    return int(self.x.shape[0])
+
+  def client(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+    s = slice(int(self.offsets[i]), int(self.offsets[i] + self.counts[i]))
+    return self.x[s], self.y[s]
+
+  @classmethod
+  def from_partition(cls, x: np.ndarray, y: np.ndarray,
+                     client_indices: list[np.ndarray]) -> "FederatedData":
+    """Lays out ``x[client_indices[i]]`` contiguously, client after client."""
+    counts = np.array([len(ix) for ix in client_indices], np.int32)
+    offsets = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int32)
+    order = (np.concatenate(client_indices).astype(np.int64)
+             if client_indices else np.zeros(0, np.int64))
+    return cls(x=np.ascontiguousarray(x[order], dtype=np.float32),
+               y=np.ascontiguousarray(y[order], dtype=np.int32),
+               offsets=offsets, counts=counts)
+
+  @classmethod
+  def from_clients(cls, xs: list[np.ndarray], ys: list[np.ndarray]) -> "FederatedData":
+    """Concatenates per-client arrays, client after client."""
+    counts = np.array([len(y) for y in ys], np.int32)
+    offsets = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int32)
+    return cls(x=np.concatenate(xs).astype(np.float32),
+               y=np.concatenate(ys).astype(np.int32),
+               offsets=offsets, counts=counts)
+
+
+@dataclasses.dataclass(frozen=True)
+class Dataset:
+  """A federated training set, a central test set, and what the partitioner reports."""
+  name: str
+  train: FederatedData
+  test_x: np.ndarray   # [M, *feature_shape] float32
+  test_y: np.ndarray   # [M] int32
+  num_classes: int
+  feature_shape: tuple[int, ...]
+  is_image: bool
+
+  @property
+  def client_sizes(self) -> np.ndarray:
+    return self.train.counts
+
+  def label_histograms(self) -> np.ndarray:
+    """[num_clients, num_classes] example counts per label."""
+    t = self.train
+    client_of = np.repeat(np.arange(t.num_clients), t.counts)
+    h = np.zeros((t.num_clients, self.num_classes), np.int64)
+    np.add.at(h, (client_of, t.y), 1)
+    return h
+
+  def report(self) -> dict:
+    """Per-client sizes and label histograms, plus a few summary numbers."""
+    sizes = self.client_sizes
+    hist = self.label_histograms()
+    return {
+        "num_clients": int(sizes.shape[0]),
+        "num_train_examples": int(sizes.sum()),
+        "num_test_examples": int(self.test_y.shape[0]),
+        "size_min": int(sizes.min()), "size_median": float(np.median(sizes)),
+        "size_max": int(sizes.max()),
+        "empty_clients": int((sizes == 0).sum()),
+        "mean_classes_per_client": float((hist > 0).sum(1).mean()),
+        "client_sizes": sizes.tolist(),
+        "label_histograms": hist.tolist(),
+    }

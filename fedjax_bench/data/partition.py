@@ -1,0 +1,116 @@
+"""Client partitions of a labelled training set: iid, Dirichlet label skew, label shards.
+
+Every partitioner returns one int64 index array per client; together they assign each
+example exactly once. All randomness comes from ``np.random.default_rng(seed)``.
+"""
+
+from typing import Callable, Optional
+
+import numpy as np
+
+from fedjax_bench.errors import UsageError
+
+
+def _check_labels(labels: np.ndarray, num_clients: int,
+                  num_classes: Optional[int]) -> tuple[np.ndarray, int]:
+  labels = np.asarray(labels)
+  if labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer):
+    raise UsageError(f"labels must be a 1-D integer array, got {labels.dtype} "
+                     f"with shape {labels.shape}")
+  if num_clients <= 0:
+    raise UsageError(f"num_clients must be positive, got {num_clients}")
+  if num_clients > labels.shape[0]:
+    raise UsageError(f"cannot split {labels.shape[0]} examples over "
+                     f"{num_clients} clients: more clients than examples")
+  if num_classes is None:
+    num_classes = int(labels.max()) + 1 if labels.size else 0
+  if labels.size and (labels.min() < 0 or labels.max() >= num_classes):
+    raise UsageError(f"labels must lie in [0, {num_classes}), got "
+                     f"[{labels.min()}, {labels.max()}]")
+  return labels, int(num_classes)
+
+
+def iid(labels: np.ndarray, num_clients: int, seed: int) -> list[np.ndarray]:
+  """A random permutation split into ``num_clients`` parts whose sizes differ by <= 1."""
+  labels, _ = _check_labels(labels, num_clients, None)
+  perm = np.random.default_rng(seed).permutation(labels.shape[0])
+  return [p.astype(np.int64) for p in np.array_split(perm, num_clients)]
+
+
+def dirichlet(labels: np.ndarray, num_clients: int, alpha: float, seed: int,
+              num_classes: Optional[int] = None) -> list[np.ndarray]:
+  """Dirichlet label skew, exactly the procedure of spec 000_fedawe §4.
+
+  ``q ~ Dir(alpha * 1_C)`` per client; client n receives the slice
+  ``[round(N_c * Q_{n-1,c}), round(N_c * Q_{n,c}))`` of class c's indices (in dataset
+  order), where ``Q_{n,c}`` is the normalised cumulative sum of ``q[:, c]``. Clients
+  may end up empty when alpha is small.
+  """
+  labels, num_classes = _check_labels(labels, num_clients, num_classes)
+  if not alpha > 0:
+    raise UsageError(f"dirichlet alpha must be > 0, got {alpha}")
+  rng = np.random.default_rng(seed)
+  q = rng.dirichlet(alpha * np.ones(num_classes), num_clients)  # [m, C]
+  frac = np.cumsum(q, axis=0) / q.sum(axis=0)
+  by_class = [np.flatnonzero(labels == c) for c in range(num_classes)]
+  start = np.zeros(num_classes, np.int64)
+  clients = []
+  for n in range(num_clients):
+    parts = []
+    for c, idx in enumerate(by_class):
+      # Python round: half to even, as in the reference code's int(round(...)).
+      end = int(round(len(idx) * float(frac[n, c])))
+      parts.append(idx[start[c]:end])
+      start[c] = end
+    clients.append(np.concatenate(parts).astype(np.int64))
+  return clients
+
+
+def shards(labels: np.ndarray, num_clients: int, shards_per_client: int,
+           seed: int, num_classes: Optional[int] = None) -> list[np.ndarray]:
+  """Single-class shards, spec 001_fedef §4.2 ("shards_by_class").
+
+  The S = num_clients * shards_per_client shards are spread over the classes as evenly
+  as possible (the first S mod C classes get one extra); each class's shuffled indices
+  are cut into nearly equal contiguous chunks; a random permutation pi of the shards
+  gives client i the shards pi[k*i : k*i + k].
+  """
+  labels, num_classes = _check_labels(labels, num_clients, num_classes)
+  k = shards_per_client
+  if k <= 0:
+    raise UsageError(f"shards_per_client must be positive, got {k}")
+  total = num_clients * k
+  if total > labels.shape[0]:
+    raise UsageError(f"{total} shards ({num_clients} clients x {k}) exceed the "
+                     f"{labels.shape[0]} examples")
+  rng = np.random.default_rng(seed)
+  all_shards = []
+  for c in range(num_classes):
+    s_c = total // num_classes + (1 if c < total % num_classes else 0)
+    idx = rng.permutation(np.flatnonzero(labels == c))
+    if s_c > len(idx):
+      raise UsageError(f"class {c} has {len(idx)} examples, too few for its "
+                       f"{s_c} shards; use fewer clients or shards_per_client")
+    if s_c:
+      all_shards.extend(np.array_split(idx, s_c))
+  pi = rng.permutation(total)
+  return [np.concatenate([all_shards[j] for j in pi[k * i:k * i + k]]).astype(np.int64)
+          for i in range(num_clients)]
+
+
+PARTITIONS: dict[str, Callable[..., list[np.ndarray]]] = {
+    "iid": iid, "dirichlet": dirichlet, "shards": shards}
+
+
+def partition(name: str, labels: np.ndarray, num_clients: int, seed: int, *,
+              alpha: float = 0.5, shards_per_client: int = 2,
+              num_classes: Optional[int] = None) -> list[np.ndarray]:
+  """Dispatches to one of ``PARTITIONS``; the arguments a partitioner does not use are ignored."""
+  if name == "iid":
+    return iid(labels, num_clients, seed)
+  if name == "dirichlet":
+    return dirichlet(labels, num_clients, alpha, seed, num_classes)
+  if name == "shards":
+    return shards(labels, num_clients, shards_per_client, seed, num_classes)
+  raise UsageError(f"unknown partition {name!r}; choose one of "
+                   f"{', '.join(PARTITIONS)}")

@@ -1,0 +1,168 @@
+"""Image datasets from TensorFlow Datasets, converted once to a cache of .npy files.
+
+The first load reads the prepared TFDS data (array_record) through ``tfds.data_source``,
+which needs no TensorFlow, and writes uint8 NHWC images and int32 labels to
+``<cache_dir>/<name>-<version>/``. Later loads read only that cache and never import
+tensorflow_datasets.
+"""
+
+import dataclasses
+import os
+import pathlib
+import socket
+import threading
+from typing import Optional
+
+import numpy as np
+
+from fedjax_bench.errors import DataMissingError, UsageError
+
+_PROBE_HOST = ("storage.googleapis.com", 443)
+_PROBE_TIMEOUT_S = 3.0
+_ARRAYS = ("train_x", "train_y", "test_x", "test_y")
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageSpec:
+  tfds_name: str
+  version: str
+  image_shape: tuple[int, int, int]
+  num_classes: int
+  num_train: Optional[int] = None  # checked against the cache when known
+  num_test: Optional[int] = None
+  train_split: str = "train"
+  test_split: str = "test"
+
+
+# One line per dataset. Candidates: "fmnist": ImageSpec("fashion_mnist", "3.0.1",
+# (28, 28, 1), 10, 60000, 10000), "cifar10": ImageSpec("cifar10", "3.0.2", (32, 32, 3),
+# 10, 50000, 10000), "svhn": ImageSpec("svhn_cropped", "3.1.0", (32, 32, 3), 10, ...).
+SPECS: dict[str, ImageSpec] = {
+    "mnist": ImageSpec("mnist", "3.0.1", (28, 28, 1), 10, 60000, 10000),
+}
+
+
+def _spec(name: str) -> ImageSpec:
+  if name not in SPECS:
+    raise UsageError(f"unknown image dataset {name!r}; choose one of {', '.join(SPECS)}")
+  return SPECS[name]
+
+
+def resolve_data_dir(data_dir: Optional[str] = None) -> Optional[str]:
+  """The argument, else $TFDS_DATA_DIR, else None (the TFDS default)."""
+  return data_dir or os.environ.get("TFDS_DATA_DIR") or None
+
+
+def resolve_cache_dir(cache_dir: Optional[str] = None) -> pathlib.Path:
+  """The argument, else $FEDJAX_BENCH_CACHE, else ~/.cache/fedjax_bench."""
+  d = cache_dir or os.environ.get("FEDJAX_BENCH_CACHE")
+  return pathlib.Path(d) if d else pathlib.Path.home() / ".cache" / "fedjax_bench"
+
+
+def _cache_paths(cache_dir: pathlib.Path, name: str, spec: ImageSpec) -> dict[str, pathlib.Path]:
+  d = cache_dir / f"{name}-{spec.version}"
+  return {k: d / f"{k}.npy" for k in _ARRAYS}
+
+
+def _check_arrays(a: dict[str, np.ndarray], spec: ImageSpec) -> bool:
+  for split, n in (("train", spec.num_train), ("test", spec.num_test)):
+    x, y = a[f"{split}_x"], a[f"{split}_y"]
+    if (x.dtype != np.uint8 or x.shape[1:] != spec.image_shape or y.ndim != 1
+        or x.shape[0] != y.shape[0] or (n is not None and y.shape[0] != n)):
+      return False
+  return True
+
+
+def _read_cache(paths: dict[str, pathlib.Path],
+                spec: ImageSpec) -> tuple[Optional[dict[str, np.ndarray]], bool]:
+  """Returns (arrays, corrupt): (None, False) when the cache is absent or incomplete."""
+  if not all(p.exists() for p in paths.values()):
+    return None, False
+  try:
+    a = {k: np.load(p, allow_pickle=False) for k, p in paths.items()}
+  except (OSError, ValueError, EOFError):
+    return None, True
+  return (a, False) if _check_arrays(a, spec) else (None, True)
+
+
+def _save_atomic(path: pathlib.Path, arr: np.ndarray) -> None:
+  path.parent.mkdir(parents=True, exist_ok=True)
+  tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+  with open(tmp, "wb") as f:
+    np.save(f, arr, allow_pickle=False)
+  os.replace(tmp, path)
+
+
+def _network_ok() -> bool:
+  """Connects to the TFDS bucket; a thread bounds the time a hanging DNS lookup can take."""
+  ok = []
+
+  def probe():
+    try:
+      socket.create_connection(_PROBE_HOST, timeout=_PROBE_TIMEOUT_S).close()
+      ok.append(True)
+    except OSError:
+      pass
+
+  t = threading.Thread(target=probe, daemon=True)
+  t.start()
+  t.join(_PROBE_TIMEOUT_S + 0.5)
+  return bool(ok)
+
+
+def _read_split(tfds, ident: str, split: str, data_dir: Optional[str],
+                download: bool) -> tuple[np.ndarray, np.ndarray]:
+  try:
+    source = tfds.data_source(ident, split=split, data_dir=data_dir, download=download)
+  except (NotImplementedError, RuntimeError) as e:
+    first = str(e).splitlines()[0] if str(e) else type(e).__name__
+    raise UsageError(f"cannot read TFDS {ident} split {split!r} from {data_dir}: "
+                     f"{first} (the data must be prepared as array_record)") from e
+  examples = source.__getitems__(range(len(source)))
+  x = np.stack([np.asarray(e["image"], np.uint8) for e in examples])
+  y = np.asarray([e["label"] for e in examples], np.int32)
+  return x, y
+
+
+def _convert(name: str, spec: ImageSpec, data_dir: Optional[str],
+             cache_desc: str) -> dict[str, np.ndarray]:
+  import tensorflow_datasets as tfds  # slow-ish, and only needed to build the cache
+
+  ident = f"{spec.tfds_name}:{spec.version}"
+  builder = tfds.builder(ident, data_dir=data_dir)
+  download = False
+  if not builder.is_prepared():
+    if not _network_ok():
+      looked = data_dir or f"the TFDS default ({os.path.dirname(os.path.dirname(builder.data_dir))})"
+      raise DataMissingError(
+          f"dataset {name!r} ({ident}) is not prepared in {looked} nor cached in "
+          f"{cache_desc}, and {_PROBE_HOST[0]} is unreachable: set TFDS_DATA_DIR "
+          f"(or --data_dir) to a directory containing {spec.tfds_name}/{spec.version}, "
+          f"or run once with internet access")
+    download = True
+  a = {}
+  for split, split_name in (("train", spec.train_split), ("test", spec.test_split)):
+    a[f"{split}_x"], a[f"{split}_y"] = _read_split(tfds, ident, split_name, data_dir,
+                                                   download)
+  if not _check_arrays(a, spec):
+    raise UsageError(f"TFDS {ident} in {data_dir} has unexpected shapes: "
+                     f"{ {k: v.shape for k, v in a.items()} }")
+  return a
+
+
+def load_arrays(name: str, data_dir: Optional[str] = None,
+                cache_dir: Optional[str] = None) -> dict:
+  """train_x, train_y, test_x, test_y (uint8 NHWC images, int32 labels) and num_classes."""
+  spec = _spec(name)
+  paths = _cache_paths(resolve_cache_dir(cache_dir), name, spec)
+  arrays, corrupt = _read_cache(paths, spec)
+  if arrays is None:
+    cache_desc = str(paths["train_x"].parent)
+    if corrupt:
+      for p in paths.values():
+        p.unlink(missing_ok=True)
+      cache_desc += " (a corrupt cache there was removed)"
+    arrays = _convert(name, spec, resolve_data_dir(data_dir), cache_desc)
+    for k, p in paths.items():
+      _save_atomic(p, arrays[k])
+  return {**arrays, "num_classes": spec.num_classes}

@@ -1,0 +1,152 @@
+"""Runs an algorithm: blocks of rounds fused in lax.scan, jitted evaluation, seeds and grids
+as one vmapped program sharded over devices.
+
+Every (grid point, seed) pair is one *run*; runs are a leading axis of every state leaf.
+Run r = g * num_seeds + s. The seed key of a run is PRNGKey(seed): init draws from
+fold_in(seed_key, 0), round t from fold_in(fold_in(seed_key, 1), t), so a run's numbers
+depend neither on the other runs nor on how many devices share them.
+"""
+
+import dataclasses
+import time
+from typing import Callable, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from fedjax_bench.core.task import Task
+from fedjax_bench.core.types import FederatedAlgorithm, params_to_evaluate
+from fedjax_bench.results import History
+
+Builder = Callable[[dict], FederatedAlgorithm]
+
+
+@dataclasses.dataclass
+class RunOutput:
+  history: History
+  timing: dict      # rounds_per_second, wall_seconds, compile_seconds
+  state: tuple      # final (server, clients, t), run axis first
+
+
+@dataclasses.dataclass
+class Progress:
+  round: int
+  rounds: int
+  metrics: dict     # name -> mean over runs
+  rounds_per_second: float
+  eta_seconds: float
+
+
+def _grid_arrays(grid: list[dict], num_seeds: int) -> dict:
+  """{name: [G*S] values}, each grid point repeated for its seeds."""
+  names = list(grid[0])
+  return {k: jnp.repeat(jnp.asarray([g[k] for g in grid], jnp.float32), num_seeds)
+          for k in names}
+
+
+def run_sharding(num_runs: int, devices=None) -> NamedSharding:
+  """Shards the run axis over the largest number of devices that divides it."""
+  devices = list(devices if devices is not None else jax.devices())
+  d = max(k for k in range(1, len(devices) + 1) if num_runs % k == 0)
+  return NamedSharding(Mesh(np.array(devices[:d]), ("runs",)), PartitionSpec("runs"))
+
+
+def run(build: Builder, task: Task, hparams: dict, *, seeds: list[int], rounds: int,
+        eval_every: int, grid: Optional[list[dict]] = None,
+        on_eval: Optional[Callable[[Progress], None]] = None, devices=None) -> RunOutput:
+  """Runs rounds 1..`rounds`, evaluating at round 0, every `eval_every` rounds and at the end.
+
+  `grid` is a list of {hparam: value} points varied in one program; their values
+  override `hparams` and must be scalars.
+  """
+  grid = grid or [{}]
+  num_seeds, num_runs = len(seeds), len(grid) * len(seeds)
+  sharding = run_sharding(num_runs, devices)
+  put = lambda tree: jax.device_put(tree, sharding)
+  swept = put(_grid_arrays(grid, num_seeds))
+  seed_keys = put(jnp.stack([jax.random.PRNGKey(s) for s in seeds] * len(grid)))
+
+  def algorithm(hp_run):
+    return build({**hparams, **hp_run})
+
+  def init_one(hp_run, seed_key):
+    server, clients = algorithm(hp_run).init(jax.random.fold_in(seed_key, 0))
+    return server, clients, jnp.zeros((), jnp.int32)
+
+  def block_one(hp_run, seed_key, state, length):
+    alg = algorithm(hp_run)
+    round_key = jax.random.fold_in(seed_key, 1)
+
+    def step(carry, _):
+      server, clients, t = carry
+      server, clients, metrics = alg.round(server, clients, jax.random.fold_in(round_key, t))
+      return (server, clients, t + 1), metrics
+
+    state, metrics = jax.lax.scan(step, state, None, length=length)
+    return state, jax.tree.map(jnp.mean, metrics)
+
+  def eval_one(hp_run, state):
+    server, clients, _ = state
+    return task.evaluate(params_to_evaluate(algorithm(hp_run), server, clients))
+
+  compile_seconds = 0.0
+
+  def compiled(fn, *args, static=()):
+    nonlocal compile_seconds
+    t0 = time.perf_counter()
+    exe = jax.jit(fn, out_shardings=sharding).lower(*args).compile()
+    compile_seconds += time.perf_counter() - t0
+    return exe
+
+  init_exe = compiled(jax.vmap(init_one), swept, seed_keys)
+  state = init_exe(swept, seed_keys)
+  eval_exe = compiled(jax.vmap(eval_one), swept, state)
+  block_exes = {}
+
+  def block_exe(length):
+    if length not in block_exes:
+      fn = jax.vmap(lambda hp, k, s: block_one(hp, k, s, length))
+      block_exes[length] = compiled(fn, swept, seed_keys, state)
+    return block_exes[length]
+
+  eval_rounds, records = [0], [(jax.device_get(eval_exe(swept, state)), {})]
+  done, loop_start = 0, time.perf_counter()
+  run_seconds = 0.0
+  while done < rounds:
+    length = min(eval_every, rounds - done)
+    exe = block_exe(length)
+    t0 = time.perf_counter()
+    state, block_metrics = exe(swept, seed_keys, state)
+    evals = eval_exe(swept, state)
+    evals, block_metrics = jax.device_get((evals, block_metrics))
+    run_seconds += time.perf_counter() - t0
+    done += length
+    eval_rounds.append(done)
+    records.append((evals, block_metrics))
+    if on_eval is not None:
+      rps = done / max(run_seconds, 1e-9)
+      means = {k: float(np.nanmean(v)) for k, v in {**evals, **block_metrics}.items()}
+      on_eval(Progress(done, rounds, means, rps, (rounds - done) / rps))
+  wall_seconds = time.perf_counter() - loop_start + compile_seconds
+
+  history = _history(eval_rounds, records, seeds, grid)
+  timing = {"rounds_per_second": rounds / max(run_seconds, 1e-9),
+            "wall_seconds": wall_seconds, "compile_seconds": compile_seconds}
+  return RunOutput(history, timing, state)
+
+
+def _history(eval_rounds, records, seeds, grid) -> History:
+  names = list(records[0][0]) + [k for k in records[-1][1] if k not in records[0][0]]
+  shape = (len(grid), len(seeds))
+  metrics = {}
+  for name in names:
+    rows = []
+    for evals, block in records:
+      value = evals.get(name, block.get(name))
+      rows.append(np.full(shape, np.nan) if value is None
+                  else np.asarray(value, np.float64).reshape(shape))
+    metrics[name] = np.stack(rows)
+  return History(rounds=np.asarray(eval_rounds), metrics=metrics, seeds=list(seeds),
+                 grid=list(grid))

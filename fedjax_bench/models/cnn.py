@@ -1,0 +1,16 @@
+"""The CNN of McMahan et al. (2017) for 28x28 images: two 5x5 conv + pool blocks, FC 512."""
+
+from flax import linen as nn
+
+
+class CNN(nn.Module):
+  num_classes: int
+
+  @nn.compact
+  def __call__(self, x):
+    for features in (32, 64):
+      x = nn.relu(nn.Conv(features, (5, 5), padding="SAME")(x))
+      x = nn.max_pool(x, (2, 2), strides=(2, 2))
+    x = x.reshape(x.shape[0], -1)
+    x = nn.relu(nn.Dense(512)(x))
+    return nn.Dense(self.num_classes)(x)

@@ -1,0 +1,1 @@
+"""The simulated world: what happens to the clients, as pure functions of (key, t)."""

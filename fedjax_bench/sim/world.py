@@ -1,0 +1,39 @@
+"""The world an algorithm is built against: who participates, how much each client computes."""
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from fedjax_bench.errors import UsageError
+from fedjax_bench.sim.participation import Participation
+
+
+class World(NamedTuple):
+  participation: Participation
+  client_steps: jax.Array  # [num_clients] int32 local steps each client runs
+  max_steps: int           # static bound on client_steps (the scan length)
+
+  @property
+  def num_clients(self) -> int:
+    return self.participation.num_clients
+
+
+def client_steps(counts: np.ndarray, *, local_steps: int, local_epochs: float,
+                 batch_size: int) -> np.ndarray:
+  """K steps for everyone, or E epochs of ceil(count/B) batches each (data-size driven)."""
+  counts = np.asarray(counts)
+  if local_epochs > 0:
+    per_epoch = np.maximum(np.ceil(counts / batch_size), 1)
+    return np.ceil(local_epochs * per_epoch).astype(np.int32)
+  if local_steps <= 0:
+    raise UsageError(f"--local_steps={local_steps} must be positive (or set --local_epochs)")
+  return np.full(counts.shape, local_steps, np.int32)
+
+
+def make(participation: Participation, steps: np.ndarray) -> World:
+  steps = np.asarray(steps, np.int32)
+  if steps.shape != (participation.num_clients,):
+    raise UsageError("client_steps must have one entry per client")
+  return World(participation, jnp.asarray(steps), max(int(steps.max()), 1))
