@@ -4,12 +4,15 @@ Bad input exits with status 2 and one line on stderr, before anything is written
 """
 
 import datetime
+import logging
 import os
 import sys
 from typing import Sequence
 
 import numpy as np
 from absl import flags
+
+logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)  # no "no TPU" notice
 
 from fedjax_bench import algorithms, data, models, results
 from fedjax_bench.core import local, server_opt
@@ -120,9 +123,10 @@ def our_flags() -> dict:
 
 
 def main(argv: Sequence[str]) -> int:
-  if len(argv) > 1:
-    raise UsageError(f"unexpected arguments {' '.join(argv[1:])!r}; flags look like --name=value")
   try:
+    if len(argv) > 1:
+      raise UsageError(f"unexpected arguments {' '.join(argv[1:])!r}; flags look like "
+                       "--name=value")
     return _run()
   except UsageError as e:
     sys.stderr.write(f"error: {e}\n")

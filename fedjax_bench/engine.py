@@ -46,6 +46,25 @@ def _grid_arrays(grid: list[dict], num_seeds: int) -> dict:
           for k in names}
 
 
+def over_runs(fn: Callable, sharding: NamedSharding) -> Callable:
+  """Maps `fn` over the leading run axis, each device mapping its own runs.
+
+  A device holding one run calls `fn` on it directly instead of vmapping over a
+  size-1 axis: XLA:CPU lowers some dots with a degenerate batch dimension to
+  kernels that round differently, and then 1 device would not equal 4.
+  """
+  def local(*args):
+    if jax.tree.leaves(args)[0].shape[0] == 1:
+      out = fn(*jax.tree.map(lambda a: a[0], args))
+      return jax.tree.map(lambda a: a[None], out)
+    return jax.vmap(fn)(*args)
+
+  spec = PartitionSpec("runs")
+  # check_vma=False: algorithm code need not annotate which values vary across runs.
+  return jax.shard_map(local, mesh=sharding.mesh, in_specs=spec, out_specs=spec,
+                       check_vma=False)
+
+
 def run_sharding(num_runs: int, devices=None) -> NamedSharding:
   """Shards the run axis over the largest number of devices that divides it."""
   devices = list(devices if devices is not None else jax.devices())
@@ -100,14 +119,14 @@ def run(build: Builder, task: Task, hparams: dict, *, seeds: list[int], rounds: 
     compile_seconds += time.perf_counter() - t0
     return exe
 
-  init_exe = compiled(jax.vmap(init_one), swept, seed_keys)
+  init_exe = compiled(over_runs(init_one, sharding), swept, seed_keys)
   state = init_exe(swept, seed_keys)
-  eval_exe = compiled(jax.vmap(eval_one), swept, state)
+  eval_exe = compiled(over_runs(eval_one, sharding), swept, state)
   block_exes = {}
 
   def block_exe(length):
     if length not in block_exes:
-      fn = jax.vmap(lambda hp, k, s: block_one(hp, k, s, length))
+      fn = over_runs(lambda hp, k, s: block_one(hp, k, s, length), sharding)
       block_exes[length] = compiled(fn, swept, seed_keys, state)
     return block_exes[length]
 

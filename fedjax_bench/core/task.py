@@ -25,6 +25,7 @@ class Task:
   train_eval_y: jax.Array
   num_classes: int
   max_count: int           # the largest client, a static bound for shuffling
+  loss_type: str = "cross_entropy"  # or "squared_error": 0.5 (f(x) - y)^2, f scalar
   eval_chunk: int = 2048
 
   @property
@@ -37,10 +38,15 @@ class Task:
   def logits(self, params, x: jax.Array) -> jax.Array:
     return self.model.apply({"params": params}, x)
 
+  def pointwise_loss(self, outputs: jax.Array, y: jax.Array) -> jax.Array:
+    if self.loss_type == "squared_error":
+      return 0.5 * jnp.square(outputs[..., 0] - y)
+    return optax.softmax_cross_entropy_with_integer_labels(outputs, y)
+
   def loss(self, params, x: jax.Array, y: jax.Array, w: jax.Array) -> jax.Array:
-    """Cross-entropy averaged with example weights w (0 for padding); 0 if all w are 0."""
-    ce = optax.softmax_cross_entropy_with_integer_labels(self.logits(params, x), y)
-    return jnp.sum(w * ce) / jnp.maximum(jnp.sum(w), 1e-12)
+    """The loss averaged with example weights w (0 for padding); 0 if all w are 0."""
+    per_example = self.pointwise_loss(self.logits(params, x), y)
+    return jnp.sum(w * per_example) / jnp.maximum(jnp.sum(w), 1e-12)
 
   def evaluate(self, params) -> dict:
     test_loss, test_acc = _mean_loss_and_accuracy(self, params, self.test_x, self.test_y)
@@ -60,17 +66,21 @@ def _mean_loss_and_accuracy(task: Task, params, x, y):
 
   def one(batch):
     xb, yb, wb = batch
-    logits = task.logits(params, xb)
-    ce = optax.softmax_cross_entropy_with_integer_labels(logits, yb)
-    return jnp.sum(wb * ce), jnp.sum(wb * (jnp.argmax(logits, -1) == yb))
+    outputs = task.logits(params, xb)
+    correct = (jnp.argmax(outputs, -1) == yb if task.loss_type == "cross_entropy"
+               else jnp.full(yb.shape, jnp.nan))
+    return jnp.sum(wb * task.pointwise_loss(outputs, yb)), jnp.sum(wb * correct)
 
   loss_sum, correct = jax.lax.map(one, (shape(xp), shape(yp), shape(w)))
   return jnp.sum(loss_sum) / n, jnp.sum(correct) / n
 
 
 def make_task(dataset: Dataset, model: nn.Module, *, train_eval_examples: int = 10000,
-              eval_seed: int = 0) -> Task:
-  """``train_eval_examples`` > 0 scores `train_loss` on a fixed random subset of that size."""
+              eval_seed: int = 0, loss_type: str = "cross_entropy") -> Task:
+  """``train_eval_examples`` > 0 scores `train_loss` on a fixed random subset of that size.
+
+  With ``loss_type="squared_error"`` labels are float targets and accuracy is NaN.
+  """
   t = dataset.train
   if t.num_examples == 0:
     raise ValueError("the training set is empty")
@@ -83,4 +93,5 @@ def make_task(dataset: Dataset, model: nn.Module, *, train_eval_examples: int = 
       offsets=jnp.asarray(t.offsets), counts=jnp.asarray(t.counts),
       test_x=jnp.asarray(dataset.test_x), test_y=jnp.asarray(dataset.test_y),
       train_eval_x=jnp.asarray(t.x[idx]), train_eval_y=jnp.asarray(t.y[idx]),
-      num_classes=dataset.num_classes, max_count=max(int(t.counts.max()), 1))
+      num_classes=dataset.num_classes, max_count=max(int(t.counts.max()), 1),
+      loss_type=loss_type)

@@ -5,11 +5,16 @@ import dataclasses
 import numpy as np
 
 
+def _label_dtype(y: np.ndarray):
+  """int32 class labels, or float32 regression targets."""
+  return np.int32 if np.issubdtype(np.asarray(y).dtype, np.integer) else np.float32
+
+
 @dataclasses.dataclass(frozen=True)
 class FederatedData:
   """Client i owns examples ``x[offsets[i] : offsets[i] + counts[i]]`` (ragged, no padding)."""
   x: np.ndarray        # [N, *feature_shape] float32
-  y: np.ndarray        # [N] int32
+  y: np.ndarray        # [N] int32 labels (float32 for regression)
   offsets: np.ndarray  # [num_clients] int32
   counts: np.ndarray   # [num_clients] int32
 
@@ -34,7 +39,7 @@ class FederatedData:
     order = (np.concatenate(client_indices).astype(np.int64)
              if client_indices else np.zeros(0, np.int64))
     return cls(x=np.ascontiguousarray(x[order], dtype=np.float32),
-               y=np.ascontiguousarray(y[order], dtype=np.int32),
+               y=np.ascontiguousarray(y[order], dtype=_label_dtype(y)),
                offsets=offsets, counts=counts)
 
   @classmethod
@@ -43,7 +48,7 @@ class FederatedData:
     counts = np.array([len(y) for y in ys], np.int32)
     offsets = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int32)
     return cls(x=np.concatenate(xs).astype(np.float32),
-               y=np.concatenate(ys).astype(np.int32),
+               y=np.concatenate(ys).astype(_label_dtype(ys[0])),
                offsets=offsets, counts=counts)
 
 

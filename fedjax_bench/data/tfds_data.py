@@ -94,7 +94,12 @@ def _save_atomic(path: pathlib.Path, arr: np.ndarray) -> None:
 
 
 def _network_ok() -> bool:
-  """Connects to the TFDS bucket; a thread bounds the time a hanging DNS lookup can take."""
+  """Connects to the TFDS bucket; a thread bounds the time a hanging DNS lookup can take.
+
+  FEDJAX_BENCH_OFFLINE=1 skips the probe: never download.
+  """
+  if os.environ.get("FEDJAX_BENCH_OFFLINE", "") not in ("", "0"):
+    return False
   ok = []
 
   def probe():

@@ -1,0 +1,55 @@
+"""Small problems shared by the tests."""
+
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from fedjax_bench import models  # noqa: E402
+from fedjax_bench.algorithms import fedavg  # noqa: E402
+from fedjax_bench.core.task import make_task  # noqa: E402
+from fedjax_bench.data.federated import Dataset, FederatedData  # noqa: E402
+from fedjax_bench.sim import participation, world as world_lib  # noqa: E402
+
+
+def shared_tfds_dir() -> Path | None:
+  """The real MNIST in TFDS format: $TFDS_DATA_DIR, else ../shared/tfds beside the repo."""
+  for d in (os.environ.get("TFDS_DATA_DIR"), REPO.parent / "shared" / "tfds"):
+    if d and (Path(d) / "mnist").is_dir():
+      return Path(d)
+  return None
+
+
+def toy_dataset(num_clients=6, dim=5, classes=3, seed=0, sizes=None) -> Dataset:
+  """Gaussian classes with client sizes `sizes` (default: 7, 8, 9, ...)."""
+  rng = np.random.default_rng(seed)
+  sizes = list(sizes or [7 + i for i in range(num_clients)])
+  n = sum(sizes)
+  centers = rng.normal(size=(classes, dim)) * 2
+  y = rng.integers(0, classes, n)
+  x = (centers[y] + rng.normal(size=(n, dim))).astype(np.float32)
+  parts = np.split(np.arange(n), np.cumsum(sizes)[:-1])
+  return Dataset("toy", FederatedData.from_partition(x, y, parts), x[:20], y[:20].astype(np.int32),
+                 classes, (dim,), False)
+
+
+def toy_setup(*, num_clients=6, cohort=3, local_steps=3, local_epochs=0.0, batch_size=4,
+              model="logreg", sizes=None, part=None, dim=5, hidden=8):
+  ds = toy_dataset(num_clients=num_clients, sizes=sizes, dim=dim)
+  task = make_task(ds, models.make(model, num_classes=3, is_image=False, mlp_hidden=(hidden,)))
+  part = part or participation.uniform(num_clients, cohort)
+  steps = world_lib.client_steps(ds.train.counts, local_steps=local_steps,
+                                 local_epochs=local_epochs, batch_size=batch_size)
+  return task, world_lib.make(part, steps)
+
+
+@pytest.fixture
+def fedavg_builder():
+  def make(task, world):
+    return lambda hp: fedavg.build(task, world, hp)
+  return make

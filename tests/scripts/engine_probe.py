@@ -1,0 +1,32 @@
+"""Runs FedAvg on the toy problem through the engine and saves the history (for subprocess tests).
+
+usage: engine_probe.py OUT.npz SEEDS(comma list) [ROUNDS]
+"""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+
+from conftest import toy_setup  # noqa: E402
+from fedjax_bench import engine  # noqa: E402
+from fedjax_bench.algorithms import fedavg  # noqa: E402
+
+
+def main(out, seeds, rounds=6):
+  task, world = toy_setup(num_clients=8, cohort=3, model="mlp")
+  hp = dict(client_lr=0.2, server_lr=1.0, batch_size=4)
+  result = engine.run(lambda h: fedavg.build(task, world, h), task, hp, seeds=seeds,
+                      rounds=rounds, eval_every=3)
+  params = jax.tree.leaves(result.state[0].params)
+  np.savez(out, devices=jax.device_count(), rounds=result.history.rounds,
+           **{f"m_{k}": v for k, v in result.history.metrics.items()},
+           **{f"p_{i}": np.asarray(p) for i, p in enumerate(params)})
+
+
+if __name__ == "__main__":
+  main(sys.argv[1], [int(s) for s in sys.argv[2].split(",")],
+       *(int(a) for a in sys.argv[3:]))

@@ -1,0 +1,96 @@
+"""benchmarks/run.py end to end: bad input, the results contract, FedAvg on real MNIST."""
+
+import csv
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import REPO, shared_tfds_dir
+
+RUN = str(REPO / "benchmarks" / "run.py")
+
+
+def _run(args, tmp_path, env=None, timeout=600):
+  env = dict(os.environ, FEDJAX_BENCH_CACHE=str(tmp_path / "cache"), **(env or {}))
+  return subprocess.run([sys.executable, RUN, *args], capture_output=True, text=True,
+                        env=env, timeout=timeout, cwd=tmp_path)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--algo=fedbogus"], "--algo=fedbogus: value should be one of <fedavg>"),
+    (["--dataset=imagenet"], "value should be one of <synthetic|mnist>"),
+    (["--model=resnet9000"], "value should be one of <logreg|mlp|cnn>"),
+    (["--partition=random"], "value should be one of <iid|dirichlet|shards>"),
+    (["--server_opt=lion"], "sgd|momentum|adam|yogi|amsgrad"),
+    (["--no_such_flag=1"], "Unknown command line flag 'no_such_flag'"),
+    (["--clients_per_round=11", "--num_clients=10"], "must not exceed --num_clients"),
+    (["--rounds=0"], "--rounds must be positive"),
+    (["--batch_size=-4"], "--batch_size must be positive"),
+    (["--client_lr=0"], "--client_lr must be positive"),
+    (["--alpha=-1"], "--alpha must be positive"),
+    (["--seeds=two"], "--seeds='two' must be a count"),
+    (["--model=cnn"], "--model=cnn needs image data"),
+    (["--dataset=synthetic", "--partition=dirichlet"], "natural per-user split"),
+    (["stray"], "unexpected arguments"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, message, tmp_path):
+  r = _run([*args, f"--output_dir={tmp_path / 'out'}", "--rounds=2"
+            if "--rounds=0" not in args else "--eval_every=1"], tmp_path)
+  assert r.returncode == 2, (r.returncode, r.stderr[-2000:])
+  lines = [l for l in r.stderr.splitlines() if l.strip()]
+  assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr
+  assert message in lines[0]
+  assert "Traceback" not in r.stderr
+
+
+def test_unwritable_output_dir_and_missing_data(tmp_path):
+  blocker = tmp_path / "file"
+  blocker.write_text("")
+  r = _run([f"--output_dir={blocker / 'sub'}", "--rounds=1"], tmp_path)
+  assert r.returncode == 2 and "is not writable" in r.stderr
+  t = time.perf_counter()
+  r = _run(["--dataset=mnist", f"--output_dir={tmp_path / 'o'}"], tmp_path,
+           env={"TFDS_DATA_DIR": str(tmp_path / "empty"), "FEDJAX_BENCH_OFFLINE": "1"})
+  assert time.perf_counter() - t < 15
+  assert r.returncode == 2 and "TFDS_DATA_DIR" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_default_job_writes_the_results_contract(tmp_path):
+  out = tmp_path / "run"
+  r = _run([f"--output_dir={out}", "--rounds=6", "--eval_every=3", "--seeds=2",
+            "--final_window=3"], tmp_path)
+  assert r.returncode == 0, r.stderr
+  progress = [l for l in r.stdout.splitlines() if l.startswith("round ")]
+  assert len(progress) == 2 and "rounds/s" in progress[0] and "ETA" in progress[0]
+  assert {p.name for p in out.iterdir()} >= {"config.json", "metrics.csv", "summary.json",
+                                             "curves.png", "partition.json"}
+  summary = json.loads((out / "summary.json").read_text())
+  for metric in ("test_accuracy", "test_loss", "train_loss", "client_loss"):
+    final = summary["final"][metric]
+    assert set(final) == {"mean", "std", "per_seed"} and len(final["per_seed"]) == 2
+  assert summary["config"]["flags"]["algo"] == "fedavg"
+  assert summary["config"]["seeds"] == [0, 1]
+  assert all(summary[k] > 0 for k in ("rounds_per_second", "wall_seconds", "compile_seconds"))
+  rows = list(csv.DictReader((out / "metrics.csv").open()))
+  assert len(rows) == 3 * 2 and rows[0]["round"] == "0" and rows[-1]["seed"] == "1"
+  # final_window=3 averages the evaluations at rounds 3 and 6 (round > 6 - 3 excludes 3).
+  last = [float(r["test_accuracy"]) for r in rows if r["round"] == "6"]
+  assert summary["final"]["test_accuracy"]["per_seed"] == pytest.approx(last)
+  partition = json.loads((out / "partition.json").read_text())
+  assert len(partition["client_sizes"]) == 100 and len(partition["label_histograms"]) == 100
+
+
+@pytest.mark.skipif(shared_tfds_dir() is None, reason="real MNIST (../shared/tfds) not found")
+def test_fedavg_mlp_reaches_95_percent_on_real_mnist(tmp_path):
+  out = tmp_path / "mnist"
+  r = _run(["--dataset=mnist", "--model=mlp", "--partition=dirichlet", "--alpha=0.5",
+            "--num_clients=100", "--clients_per_round=10", "--local_steps=20",
+            "--client_lr=0.1", "--rounds=150", "--eval_every=50", f"--output_dir={out}"],
+           tmp_path, env={"TFDS_DATA_DIR": str(shared_tfds_dir())})
+  assert r.returncode == 0, r.stderr[-3000:]
+  summary = json.loads((out / "summary.json").read_text())
+  assert summary["final"]["test_accuracy"]["mean"] >= 0.95, r.stdout
