@@ -29,6 +29,10 @@ from typing import Callable, Optional
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from fedjax_bench import host_devices  # noqa: E402
+
+host_devices.use_all_cores()
+
 from absl import app  # noqa: E402
 from absl import flags  # noqa: E402
 import jax  # noqa: E402
@@ -38,6 +42,7 @@ import optax  # noqa: E402
 
 from fedjax_bench import engine, models, results  # noqa: E402
 from fedjax_bench.algorithms import fedavg  # noqa: E402
+from fedjax_bench.core import cohort  # noqa: E402
 from fedjax_bench.core import task as task_lib  # noqa: E402
 from fedjax_bench.data.federated import Dataset, FederatedData  # noqa: E402
 from fedjax_bench.sim import participation, world as world_lib  # noqa: E402
@@ -58,6 +63,8 @@ flags.DEFINE_integer("rounds", 0, "Rounds per timed repeat; 0: a per-model defau
                      f"({DEFAULT_ROUNDS}).")
 flags.DEFINE_integer("repeats", 5, "Timed repeats per measurement; the median is reported.")
 flags.DEFINE_string("output_dir", "results/speed", "Where speed.json and speed.md go.")
+flags.DEFINE_integer("client_width", -1, "Vectorized side: clients vmapped at once "
+                     "(0: whole cohort; -1: the suite's default for this backend).")
 flags.DEFINE_integer("seed", 0, "Seed of the generated data and of the runs.")
 
 
@@ -98,7 +105,8 @@ def time_vectorized(task: task_lib.Task, sampling: str, rounds: int, repeats: in
   world = world_lib.make(participation.full(NUM_CLIENTS),
                          np.full(NUM_CLIENTS, LOCAL_STEPS, np.int32))
   hp = {"client_lr": CLIENT_LR, "server_lr": 1.0, "batch_size": BATCH_SIZE,
-        "sampling": sampling, "weighting": "uniform", "server_opt": "sgd"}
+        "sampling": sampling, "weighting": "uniform", "server_opt": "sgd",
+        "client_width": FLAGS.client_width}
   elapsed = []  # cumulative engine-measured seconds after each block
 
   def on_eval(progress: engine.Progress):
@@ -233,6 +241,8 @@ def markdown(rows: list[dict], env: dict) -> str:
       "with shuffled epochs. Vectorized timings include one evaluation per repeat.", "",
       table(rows), "",
       "Compile time (not in the rates):", *compile_lines, "",
+      f"Vectorized side: clients trained {env['client_width']} at a time "
+      "(`--client_width`; 0 = the whole cohort vmapped).", "",
       f"Machine: {env['cpu_count']} CPUs, devices {env['devices']}, jax {env['jax']}, "
       f"{env['platform']}; 1-minute load average {env['loadavg_before'][0]:.2f} before, "
       f"{env['loadavg_after'][0]:.2f} after.", ""])
@@ -244,7 +254,8 @@ def main(argv):
   if unknown:
     raise app.UsageError(f"unknown --models {unknown}; valid: {', '.join(TARGETS)}")
   env = {**results.environment_info(), "cpu_count": os.cpu_count(),
-         "xla_flags": os.environ.get("XLA_FLAGS", ""), "loadavg_before": os.getloadavg()}
+         "xla_flags": os.environ.get("XLA_FLAGS", ""), "loadavg_before": os.getloadavg(),
+         "client_width": cohort.resolve_width(FLAGS.client_width)}
   dataset = make_dataset(FLAGS.seed)
   rows = [measure(m, dataset, FLAGS.rounds or DEFAULT_ROUNDS[m], FLAGS.repeats, FLAGS.seed)
           for m in FLAGS.models]

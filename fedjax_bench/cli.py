@@ -67,6 +67,9 @@ flags.DEFINE_float("server_eps", 1e-3, "epsilon (tau) for adam/yogi/amsgrad.",
                    module_name=_MODULE)
 flags.DEFINE_enum("weighting", "uniform", ["uniform", "data_size"], "Aggregation weights.",
                   module_name=_MODULE)
+flags.DEFINE_integer("client_width", -1, "Clients trained at once (vmapped) per step of a loop "
+                     "over the cohort: 0 = the whole cohort, -1 = auto (4 on CPU, 0 on "
+                     "GPU/TPU). Changes speed, not results.", module_name=_MODULE)
 flags.DEFINE_list("mlp_hidden", ["200", "200"], "Hidden widths of --model=mlp.",
                   module_name=_MODULE)
 flags.DEFINE_string("seeds", "1", "N runs seeds 0..N-1 together; a comma list (5,7) names them.",
@@ -89,6 +92,7 @@ _POSITIVE = ("num_clients", "clients_per_round", "rounds", "batch_size", "eval_e
 for _name in _POSITIVE:
   flags.register_validator(_name, lambda v: v is None or v > 0, f"--{_name} must be positive")
 flags.register_validator("local_epochs", lambda v: v >= 0, "--local_epochs must be >= 0")
+flags.register_validator("client_width", lambda v: v >= -1, "--client_width must be >= -1")
 flags.register_validator("final_window", lambda v: v >= 0, "--final_window must be >= 0")
 flags.register_multi_flags_validator(
     ["participation", "clients_per_round", "num_clients"],
@@ -176,6 +180,7 @@ def _run() -> int:
       "batch_size": FLAGS.batch_size, "sampling": FLAGS.sampling,
       "weighting": FLAGS.weighting, "server_opt": FLAGS.server_opt,
       "server_opt_kwargs": _server_opt_kwargs(FLAGS.server_opt),
+      "client_width": FLAGS.client_width,
   }
   algorithm = algorithms.get(FLAGS.algo)
   build = lambda hp: algorithm.build(task, world, hp)

@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from fedjax_bench.core import cohort
 from fedjax_bench.core.task import Task
 from fedjax_bench.core.types import FederatedAlgorithm, params_to_evaluate
 from fedjax_bench.results import History
@@ -49,15 +50,22 @@ def _grid_arrays(grid: list[dict], num_seeds: int) -> dict:
 def over_runs(fn: Callable, sharding: NamedSharding) -> Callable:
   """Maps `fn` over the leading run axis, each device mapping its own runs.
 
+  Devices along the mesh's "clients" axis hold the same runs and split each
+  cohort's local training between them (`cohort.map_clients`); everything else
+  they compute redundantly, so their copies of the state stay identical.
+
   A device holding one run calls `fn` on it directly instead of vmapping over a
   size-1 axis: XLA:CPU lowers some dots with a degenerate batch dimension to
-  kernels that round differently, and then 1 device would not equal 4.
+  kernels that round differently.
   """
+  clients = sharding.mesh.shape["clients"]
+
   def local(*args):
-    if jax.tree.leaves(args)[0].shape[0] == 1:
-      out = fn(*jax.tree.map(lambda a: a[0], args))
-      return jax.tree.map(lambda a: a[None], out)
-    return jax.vmap(fn)(*args)
+    with cohort.sharded_over("clients", clients):
+      if jax.tree.leaves(args)[0].shape[0] == 1:
+        out = fn(*jax.tree.map(lambda a: a[0], args))
+        return jax.tree.map(lambda a: a[None], out)
+      return jax.vmap(fn)(*args)
 
   spec = PartitionSpec("runs")
   # check_vma=False: algorithm code need not annotate which values vary across runs.
@@ -66,10 +74,13 @@ def over_runs(fn: Callable, sharding: NamedSharding) -> Callable:
 
 
 def run_sharding(num_runs: int, devices=None) -> NamedSharding:
-  """Shards the run axis over the largest number of devices that divides it."""
+  """A ("runs", "clients") mesh: runs over the most devices that divide their number,
+  the devices left over (a multiple) splitting each run's cohort."""
   devices = list(devices if devices is not None else jax.devices())
-  d = max(k for k in range(1, len(devices) + 1) if num_runs % k == 0)
-  return NamedSharding(Mesh(np.array(devices[:d]), ("runs",)), PartitionSpec("runs"))
+  d_runs = max(k for k in range(1, len(devices) + 1) if num_runs % k == 0)
+  d_clients = len(devices) // d_runs
+  grid = np.array(devices[:d_runs * d_clients]).reshape(d_runs, d_clients)
+  return NamedSharding(Mesh(grid, ("runs", "clients")), PartitionSpec("runs"))
 
 
 def run(build: Builder, task: Task, hparams: dict, *, seeds: list[int], rounds: int,

@@ -53,7 +53,7 @@ def test_grid_points_equal_separate_runs():
 
 
 def _probe(tmp_path, devices, seeds="0,1,2,3"):
-  out = tmp_path / f"d{devices}.npz"
+  out = tmp_path / f"d{devices}_{seeds}.npz"
   env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
              JAX_PLATFORMS="cpu")
   subprocess.run([sys.executable, str(PROBE), str(out), seeds], check=True, env=env,
@@ -71,3 +71,13 @@ def test_one_device_equals_four(tmp_path):
   assert keys
   for k in keys:
     np.testing.assert_allclose(one[k], four[k], rtol=1e-6, atol=1e-8, err_msg=k)
+
+
+@pytest.mark.parametrize("devices,seeds", [(2, "0"), (4, "0,1")])
+def test_cohort_split_over_devices_matches_one_device(tmp_path, devices, seeds):
+  # Devices left over after sharding the runs split each cohort (a "clients" mesh axis).
+  one, many = _probe(tmp_path, 1, seeds), _probe(tmp_path, devices, seeds)
+  assert int(many["devices"]) == devices
+  for k in [k for k in one.files if k.startswith(("m_", "p_"))]:
+    np.testing.assert_allclose(one[k], many[k], rtol=1e-6, atol=1e-8, err_msg=k)
+

@@ -66,14 +66,16 @@ def _loop_round(task, world, hp, params, key, t):
   return jax.tree.map(lambda a, d: np.asarray(a) + hp["server_lr"] * d, params, mean)
 
 
-@pytest.mark.parametrize("sampling,weighting,model", [
-    ("shuffle", "uniform", "logreg"),
-    ("replacement", "data_size", "mlp"),
+@pytest.mark.parametrize("sampling,weighting,model,width", [
+    ("shuffle", "uniform", "logreg", 0),      # the whole cohort vmapped
+    ("replacement", "data_size", "mlp", 2),   # chunks of 2 of a cohort of 3: a remainder
+    ("shuffle", "data_size", "mlp", 1),       # one client at a time
 ])
-def test_vectorized_rounds_equal_a_per_client_loop(sampling, weighting, model):
+def test_vectorized_rounds_equal_a_per_client_loop(sampling, weighting, model, width):
   # Epoch-driven steps: clients of 7..12 examples run 2..3 steps (the step mask at work).
   task, world = toy_setup(num_clients=6, cohort=3, local_epochs=1.0, batch_size=4, model=model)
-  hp = dict(client_lr=0.3, server_lr=0.7, batch_size=4, sampling=sampling, weighting=weighting)
+  hp = dict(client_lr=0.3, server_lr=0.7, batch_size=4, sampling=sampling, weighting=weighting,
+            client_width=width)
   alg = fedavg.build(task, world, hp)
   server, clients = alg.init(jax.random.PRNGKey(0))
   params = server.params

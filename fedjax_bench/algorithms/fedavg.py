@@ -47,7 +47,8 @@ def train_cohort(task: Task, world: World, hp: dict, params, ids, key):
                             max_count=task.max_count)
     return jax.tree.map(jnp.subtract, new, params), loss
 
-  return jax.vmap(one)(ids, keys.per_client(keys.for_purpose(key, "local_train"), ids))
+  client_keys = keys.per_client(keys.for_purpose(key, "local_train"), ids)
+  return cohort.map_clients(one, ids, client_keys, width=hp.get("client_width", -1))
 
 
 def build(task: Task, world: World, hp: dict) -> FederatedAlgorithm:

@@ -5,6 +5,8 @@ increasing order, padded with invalid rows. Training the slab instead of the
 population makes a round cost what its active clients cost.
 """
 
+import contextlib
+import contextvars
 from typing import NamedTuple
 
 import jax
@@ -33,3 +35,55 @@ def scatter(tree, cohort: Cohort, rows):
   # Padding rows point past the end and are dropped, so they never clobber client 0.
   ids = jnp.where(cohort.valid, cohort.ids, n)
   return jax.tree.map(lambda a, r: a.at[ids].set(r, mode="drop"), tree, rows)
+
+
+CPU_CLIENT_WIDTH = 4  # measured best for the MLP on a 2-core CPU (BUILD_NOTES.md, "Speed")
+
+
+def resolve_width(width: int) -> int:
+  """-1 (auto): CPU_CLIENT_WIDTH on CPU, 0 (the whole cohort at once) on GPU and TPU."""
+  if width >= 0:
+    return width
+  return CPU_CLIENT_WIDTH if jax.default_backend() == "cpu" else 0
+
+
+# (mesh axis name, size) when the engine shards each run's cohort over devices.
+_CLIENT_AXIS = contextvars.ContextVar("client_axis", default=None)
+
+
+@contextlib.contextmanager
+def sharded_over(axis_name: str, size: int):
+  """While tracing under a manual mesh axis, `map_clients` splits cohorts over it."""
+  token = _CLIENT_AXIS.set((axis_name, size) if size > 1 else None)
+  try:
+    yield
+  finally:
+    _CLIENT_AXIS.reset(token)
+
+
+def map_clients(fn, *args, width: int = -1):
+  """Maps ``fn`` over the leading (client) axis of ``args``.
+
+  width 0 vmaps the whole cohort; width k runs a loop over chunks of k vmapped
+  clients (``lax.map`` with ``batch_size``); -1 picks by backend. The numbers agree
+  up to float rounding; the speed does not: XLA:CPU runs batched dots slowly and on
+  one core, so small widths win there. Under `sharded_over`, each device of the
+  axis maps its own slice of the cohort and the results are all-gathered.
+  """
+  axis = _CLIENT_AXIS.get()
+  if axis is None:
+    return _map_local(fn, args, resolve_width(width))
+  name, size = axis
+  n = jax.tree.leaves(args)[0].shape[0]
+  per = -(-n // size)
+  pad = lambda a: jnp.concatenate([a, jnp.repeat(a[:1], per * size - n, axis=0)])
+  start = jax.lax.axis_index(name) * per
+  mine = jax.tree.map(lambda a: jax.lax.dynamic_slice_in_dim(pad(a), start, per), args)
+  out = _map_local(fn, mine, resolve_width(width))
+  return jax.tree.map(lambda o: jax.lax.all_gather(o, name, tiled=True)[:n], out)
+
+
+def _map_local(fn, args, width: int):
+  if width == 0:
+    return jax.vmap(fn)(*args)
+  return jax.lax.map(lambda a: fn(*a), args, batch_size=width if width > 1 else None)

@@ -15,7 +15,7 @@ from fedjax_bench.data.federated import Dataset
 @dataclasses.dataclass(frozen=True, eq=False)
 class Task:
   model: nn.Module
-  x: jax.Array          # [N, ...] all clients' training examples, client after client
+  x: jax.Array          # [N, D] all clients' training examples, flattened, client after client
   y: jax.Array          # [N]
   offsets: jax.Array    # [num_clients]
   counts: jax.Array     # [num_clients]
@@ -24,6 +24,7 @@ class Task:
   train_eval_x: jax.Array  # the (sub)set of training examples scored as `train_loss`
   train_eval_y: jax.Array
   num_classes: int
+  feature_shape: tuple     # an example's shape; x rows are flattened (row gathers are cheaper)
   max_count: int           # the largest client, a static bound for shuffling
   loss_type: str = "cross_entropy"  # or "squared_error": 0.5 (f(x) - y)^2, f scalar
   eval_chunk: int = 2048
@@ -36,7 +37,8 @@ class Task:
     return self.model.init(key, self.x[:1])["params"]
 
   def logits(self, params, x: jax.Array) -> jax.Array:
-    return self.model.apply({"params": params}, x)
+    """x: [batch, D] flattened examples."""
+    return self.model.apply({"params": params}, x.reshape((-1,) + self.feature_shape))
 
   def pointwise_loss(self, outputs: jax.Array, y: jax.Array) -> jax.Array:
     if self.loss_type == "squared_error":
@@ -88,10 +90,12 @@ def make_task(dataset: Dataset, model: nn.Module, *, train_eval_examples: int = 
   if 0 < train_eval_examples < t.num_examples:
     idx = np.sort(np.random.default_rng(eval_seed).choice(
         t.num_examples, train_eval_examples, replace=False))
+  flat = lambda a: jnp.asarray(a.reshape(a.shape[0], -1))
   return Task(
-      model=model, x=jnp.asarray(t.x), y=jnp.asarray(t.y),
+      model=model, x=flat(t.x), y=jnp.asarray(t.y),
       offsets=jnp.asarray(t.offsets), counts=jnp.asarray(t.counts),
-      test_x=jnp.asarray(dataset.test_x), test_y=jnp.asarray(dataset.test_y),
-      train_eval_x=jnp.asarray(t.x[idx]), train_eval_y=jnp.asarray(t.y[idx]),
-      num_classes=dataset.num_classes, max_count=max(int(t.counts.max()), 1),
+      test_x=flat(dataset.test_x), test_y=jnp.asarray(dataset.test_y),
+      train_eval_x=flat(t.x[idx]), train_eval_y=jnp.asarray(t.y[idx]),
+      num_classes=dataset.num_classes, feature_shape=tuple(t.x.shape[1:]),
+      max_count=max(int(t.counts.max()), 1),
       loss_type=loss_type)
