@@ -53,11 +53,18 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
       f.write(data)
       f.flush()
       os.fsync(f.fileno())
+    os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give what open() would
     os.replace(tmp, path)
   except BaseException:
     _remove_quietly(tmp)
     raise
   _fsync_dir(directory)
+
+
+def _umask() -> int:
+  mask = os.umask(0)
+  os.umask(mask)
+  return mask
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:

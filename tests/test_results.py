@@ -260,3 +260,11 @@ def test_environment_info_fields():
               'device_count', 'host'):
     assert key in info
   assert info['device_count'] == len(info['devices'])
+
+
+def test_atomic_write_gives_ordinary_permissions(tmp_path):
+  path = tmp_path / 'p.txt'
+  results.atomic_write_text(path, 'x')
+  mask = os.umask(0)
+  os.umask(mask)
+  assert (path.stat().st_mode & 0o777) == (0o666 & ~mask)
