@@ -21,7 +21,7 @@ def shared_tfds_dir() -> Path | None:
   """The real MNIST in TFDS format: $TFDS_DATA_DIR, else ../shared/tfds beside the repo."""
   for d in (os.environ.get("TFDS_DATA_DIR"), REPO.parent / "shared" / "tfds"):
     if d and (Path(d) / "mnist").is_dir():
-      return Path(d)
+      return Path(d).resolve()  # subprocesses run elsewhere: a relative path would break
   return None
 
 

@@ -34,7 +34,7 @@ class Task:
     return int(self.counts.shape[0])
 
   def init_params(self, key: jax.Array) -> Any:
-    return self.model.init(key, self.x[:1])["params"]
+    return self.model.init(key, self.x[:1].reshape((1,) + self.feature_shape))["params"]
 
   def logits(self, params, x: jax.Array) -> jax.Array:
     """x: [batch, D] flattened examples."""
