@@ -69,15 +69,15 @@ flags.DEFINE_integer("seed", 0, "Seed of the generated data and of the runs.")
 
 
 def make_dataset(seed: int) -> Dataset:
-  """MNIST-shaped random data: 28x28x1 float32 in [0, 1], labels 0..9."""
+  """MNIST-shaped random data: 28x28x1 uint8 pixels (as MNIST is stored), labels 0..9."""
   rng = np.random.default_rng(seed)
   n = NUM_CLIENTS * EXAMPLES_PER_CLIENT
-  x = rng.random((n, 28, 28, 1), dtype=np.float32)
+  x = rng.integers(0, 256, (n, 28, 28, 1), dtype=np.uint8)
   y = rng.integers(0, 10, n).astype(np.int32)
   parts = np.split(np.arange(n), NUM_CLIENTS)
   return Dataset(
       name="mnist_shaped", train=FederatedData.from_partition(x, y, parts),
-      test_x=rng.random((TEST_EXAMPLES, 28, 28, 1), dtype=np.float32),
+      test_x=rng.integers(0, 256, (TEST_EXAMPLES, 28, 28, 1), dtype=np.uint8),
       test_y=rng.integers(0, 10, TEST_EXAMPLES).astype(np.int32),
       num_classes=10, feature_shape=(28, 28, 1), is_image=True)
 

@@ -201,7 +201,7 @@ def _run() -> int:
                               final_window=FLAGS.final_window, timing=output.timing)
   final = summary["final"]
   print(f"done: test_accuracy {_fmt(final['test_accuracy'])}, train_loss "
-        f"{_fmt(final['train_loss'])}; {output.timing['rounds_per_second']:.1f} rounds/s, "
+        f"{_fmt(final['train_loss'])}; {_rate(output.timing['rounds_per_second'])}, "
         f"compile {output.timing['compile_seconds']:.1f}s; results in {out}")
   return _divergence_status(output.history)
 
@@ -225,8 +225,14 @@ def _print_progress(p) -> None:
   shown = " ".join(f"{k} {m[k]:.4f}" for k in ("test_accuracy", "test_loss", "train_loss")
                    if k in m)
   eta = datetime.timedelta(seconds=round(p.eta_seconds))
-  print(f"round {p.round:>6}/{p.rounds} | {shown} | {p.rounds_per_second:.1f} rounds/s | "
-        f"ETA {eta}", flush=True)
+  print(f"round {p.round:>6}/{p.rounds} | {shown} | {_rate(p.rounds_per_second)} | ETA {eta}",
+        flush=True)
+
+
+def _rate(rounds_per_second: float) -> str:
+  if rounds_per_second >= 1:
+    return f"{rounds_per_second:.1f} rounds/s"
+  return f"{1 / max(rounds_per_second, 1e-12):.1f} s/round"
 
 
 def _divergence_status(history) -> int:

@@ -12,6 +12,7 @@ import pytest
 
 from fedjax_bench import data
 from fedjax_bench.data import partition as part
+from fedjax_bench.data.federated import pixels_to_float
 from fedjax_bench.data import synthetic, tfds_data
 from fedjax_bench.errors import DataMissingError, UsageError
 
@@ -235,8 +236,9 @@ def test_mnist_load_partitioned(mnist_cache):
   d = data.load("mnist", num_clients=100, partition="shards", cache_dir=str(cache))
   assert d.is_image and d.feature_shape == (28, 28, 1) and d.num_classes == 10
   assert d.train.num_examples == 60000 and d.test_x.shape == (10000, 28, 28, 1)
-  assert d.train.x.dtype == np.float32 and 0.0 <= d.train.x.min() and d.train.x.max() == 1.0
-  assert d.test_x.dtype == np.float32 and d.test_x.max() == 1.0
+  assert d.train.x.dtype == np.uint8 and d.train.x.max() == 255 and d.test_x.dtype == np.uint8
+  pixels = pixels_to_float(d.train.x[:100])
+  assert pixels.dtype == np.float32 and 0.0 <= pixels.min() and pixels.max() <= 1.0
   assert (d.label_histograms() > 0).sum(1).max() <= 2
 
 

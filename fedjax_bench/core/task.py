@@ -9,13 +9,14 @@ import numpy as np
 import optax
 from flax import linen as nn
 
-from fedjax_bench.data.federated import Dataset
+from fedjax_bench.data.federated import Dataset, pixels_to_float
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Task:
   model: nn.Module
-  x: jax.Array          # [N, D] all clients' training examples, flattened, client after client
+  x: jax.Array          # [N, D] all clients' examples, flattened, client after client;
+                        # float32 features or uint8 pixels
   y: jax.Array          # [N]
   offsets: jax.Array    # [num_clients]
   counts: jax.Array     # [num_clients]
@@ -34,11 +35,13 @@ class Task:
     return int(self.counts.shape[0])
 
   def init_params(self, key: jax.Array) -> Any:
-    return self.model.init(key, self.x[:1].reshape((1,) + self.feature_shape))["params"]
+    x = pixels_to_float(self.x[:1]).reshape((1,) + self.feature_shape)
+    return self.model.init(key, x)["params"]
 
   def logits(self, params, x: jax.Array) -> jax.Array:
-    """x: [batch, D] flattened examples."""
-    return self.model.apply({"params": params}, x.reshape((-1,) + self.feature_shape))
+    """x: [batch, D] flattened examples (uint8 pixels are scaled to [0, 1] here)."""
+    x = pixels_to_float(x).reshape((-1,) + self.feature_shape)
+    return self.model.apply({"params": params}, x)
 
   def pointwise_loss(self, outputs: jax.Array, y: jax.Array) -> jax.Array:
     if self.loss_type == "squared_error":

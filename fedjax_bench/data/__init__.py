@@ -4,7 +4,8 @@
   client (the natural split; partition must be "natural" or "iid", which mean the
   same here), generated with ``partition_seed``.
 * ``mnist``: the TFDS train split partitioned by ``partition`` (see ``PARTITIONS``);
-  the TFDS test split is the central test set. Images are float32 in [0, 1].
+  the TFDS test split is the central test set. Images stay uint8; models see them
+  as float32 in [0, 1] (``federated.pixels_to_float``).
 """
 
 from typing import Optional
@@ -48,14 +49,10 @@ def _load_image(name: str, num_clients: int, partition: str, alpha: float,
   c = a["num_classes"]
   clients = make_partition(partition, a["train_y"], num_clients, seed, alpha=alpha,
                            shards_per_client=shards_per_client, num_classes=c)
-  train = FederatedData.from_partition(_to_float(a["train_x"]), a["train_y"], clients)
-  return Dataset(name=name, train=train, test_x=_to_float(a["test_x"]),
+  train = FederatedData.from_partition(a["train_x"], a["train_y"], clients)
+  return Dataset(name=name, train=train, test_x=a["test_x"],
                  test_y=a["test_y"].astype(np.int32), num_classes=c,
                  feature_shape=tuple(a["train_x"].shape[1:]), is_image=True)
-
-
-def _to_float(x: np.ndarray) -> np.ndarray:
-  return x.astype(np.float32) / np.float32(255)
 
 
 __all__ = ["DATASETS", "Dataset", "FederatedData", "PARTITIONS", "leaf_synthetic",
