@@ -91,6 +91,7 @@ def run(build: Builder, task: Task, hparams: dict, *, seeds: list[int], rounds: 
   `grid` is a list of {hparam: value} points varied in one program; their values
   override `hparams` and must be scalars.
   """
+  start = time.perf_counter()
   grid = grid or [{}]
   num_seeds, num_runs = len(seeds), len(grid) * len(seeds)
   sharding = run_sharding(num_runs, devices)
@@ -123,7 +124,7 @@ def run(build: Builder, task: Task, hparams: dict, *, seeds: list[int], rounds: 
 
   compile_seconds = 0.0
 
-  def compiled(fn, *args, static=()):
+  def compiled(fn, *args):
     nonlocal compile_seconds
     t0 = time.perf_counter()
     exe = jax.jit(fn, out_shardings=sharding).lower(*args).compile()
@@ -142,8 +143,7 @@ def run(build: Builder, task: Task, hparams: dict, *, seeds: list[int], rounds: 
     return block_exes[length]
 
   eval_rounds, records = [0], [(jax.device_get(eval_exe(swept, state)), {})]
-  done, loop_start = 0, time.perf_counter()
-  run_seconds = 0.0
+  done, run_seconds = 0, 0.0
   while done < rounds:
     length = min(eval_every, rounds - done)
     exe = block_exe(length)
@@ -159,7 +159,7 @@ def run(build: Builder, task: Task, hparams: dict, *, seeds: list[int], rounds: 
       rps = done / max(run_seconds, 1e-9)
       means = {k: float(np.nanmean(v)) for k, v in {**evals, **block_metrics}.items()}
       on_eval(Progress(done, rounds, means, rps, (rounds - done) / rps))
-  wall_seconds = time.perf_counter() - loop_start + compile_seconds
+  wall_seconds = time.perf_counter() - start
 
   history = _history(eval_rounds, records, seeds, grid)
   timing = {"rounds_per_second": rounds / max(run_seconds, 1e-9),

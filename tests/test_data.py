@@ -14,7 +14,7 @@ from fedjax_bench import data
 from fedjax_bench.data import partition as part
 from fedjax_bench.data.federated import pixels_to_float
 from fedjax_bench.data import synthetic, tfds_data
-from fedjax_bench.errors import DataMissingError, UsageError
+from fedjax_bench.errors import UsageError
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 

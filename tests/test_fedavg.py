@@ -128,7 +128,5 @@ def test_momentum_server_matches_hand_recursion():
 def test_unknown_weighting_is_a_usage_error():
   from fedjax_bench.errors import UsageError
   task, world = toy_setup()
-  alg = fedavg.build(task, world, dict(client_lr=0.1, batch_size=4, weighting="bogus"))
-  server, clients = alg.init(jax.random.PRNGKey(0))
   with pytest.raises(UsageError, match="uniform, data_size"):
-    alg.round(server, clients, jax.random.PRNGKey(0))
+    fedavg.build(task, world, dict(client_lr=0.1, batch_size=4, weighting="bogus"))

@@ -29,26 +29,9 @@ class ServerState(NamedTuple):
 
 
 def client_weights(task: Task, ids, valid, weighting: str):
-  if weighting == "uniform":
-    return valid.astype(jnp.float32)
   if weighting == "data_size":
     return jnp.where(valid, task.counts[ids], 0).astype(jnp.float32)
-  raise UsageError(f"unknown --weighting={weighting!r}; valid: {', '.join(WEIGHTINGS)}")
-
-
-def train_cohort(task: Task, world: World, hp: dict, params, ids, key):
-  """Local training of the cohort `ids` from `params`: (deltas [cap, ...], losses [cap])."""
-  spec = local.LocalSpec(world.max_steps, hp["batch_size"], hp.get("sampling", "shuffle"))
-  opt = optax.sgd(hp["client_lr"])
-
-  def one(i, k):
-    new, loss = local.train(params, k, task.offsets[i], task.counts[i], world.client_steps[i],
-                            x=task.x, y=task.y, loss_fn=task.loss, opt=opt, spec=spec,
-                            max_count=task.max_count)
-    return jax.tree.map(jnp.subtract, new, params), loss
-
-  client_keys = keys.per_client(keys.for_purpose(key, "local_train"), ids)
-  return cohort.map_clients(one, ids, client_keys, width=hp.get("client_width", -1))
+  return valid.astype(jnp.float32)
 
 
 def build(task: Task, world: World, hp: dict) -> FederatedAlgorithm:
@@ -56,6 +39,8 @@ def build(task: Task, world: World, hp: dict) -> FederatedAlgorithm:
   sopt = server_opt.make(hp.get("server_opt", "sgd"), hp.get("server_lr", 1.0),
                          **hp.get("server_opt_kwargs", {}))
   weighting = hp.get("weighting", "uniform")
+  if weighting not in WEIGHTINGS:
+    raise UsageError(f"unknown --weighting={weighting!r}; valid: {', '.join(WEIGHTINGS)}")
   cap = world.participation.cap
 
   def init(key):
@@ -65,7 +50,10 @@ def build(task: Task, world: World, hp: dict) -> FederatedAlgorithm:
   def round_fn(server: ServerState, clients, key):
     mask = world.participation.sample(keys.for_purpose(key, "participation"), server.round)
     c = cohort.from_mask(mask, cap)
-    deltas, losses = train_cohort(task, world, hp, server.params, c.ids, key)
+    deltas, losses = local.train_cohort(
+        task, world, server.params, c.ids, key, opt=optax.sgd(hp["client_lr"]),
+        batch_size=hp["batch_size"], sampling=hp.get("sampling", "shuffle"),
+        width=hp.get("client_width", -1))
     w = client_weights(task, c.ids, c.valid, weighting)
     delta = aggregate.weighted_mean(deltas, w)
     updates, opt_state = sopt.update(jax.tree.map(jnp.negative, delta), server.opt_state,

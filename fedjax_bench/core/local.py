@@ -7,11 +7,13 @@ fresh permutation, visited in batches, the last batch of an epoch partial
 (drop_remainder=False), padding rows weighted 0.
 """
 
-from typing import Callable, NamedTuple
+from typing import Callable, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
 import optax
+
+from fedjax_bench.core import cohort, keys
 
 SAMPLINGS = ("shuffle", "replacement")
 
@@ -79,3 +81,24 @@ def train(params, key, offset, count, num_steps, *, x, y, loss_fn: Callable,
   init = (params, opt.init(params), jnp.zeros((), jnp.float32), perm)
   (params, _, loss_sum, _), _ = jax.lax.scan(step, init, jnp.arange(spec.max_steps))
   return params, loss_sum / jnp.maximum(num_steps, 1)
+
+
+def train_cohort(task, world, params, ids, key, *, opt: optax.GradientTransformation,
+                 batch_size: int, sampling: str = "shuffle", width: int = -1,
+                 loss_fn: Optional[Callable] = None):
+  """Local training of the cohort ``ids`` from ``params``, each client with its own key
+  and its world step budget: (deltas x_i - params [cap, ...], mean losses [cap]).
+
+  ``loss_fn`` defaults to ``task.loss``; ``width`` is ``cohort.map_clients``'s.
+  """
+  spec = LocalSpec(world.max_steps, batch_size, sampling)
+  loss_fn = loss_fn or task.loss
+
+  def one(i, k):
+    new, loss = train(params, k, task.offsets[i], task.counts[i], world.client_steps[i],
+                      x=task.x, y=task.y, loss_fn=loss_fn, opt=opt, spec=spec,
+                      max_count=task.max_count)
+    return jax.tree.map(jnp.subtract, new, params), loss
+
+  client_keys = keys.per_client(keys.for_purpose(key, "local_train"), ids)
+  return cohort.map_clients(one, ids, client_keys, width=width)
