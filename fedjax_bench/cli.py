@@ -15,7 +15,9 @@ from absl import flags
 logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)  # no "no TPU" notice
 
 from fedjax_bench import algorithms, data, models, results
+from fedjax_bench.algorithms import fedavg
 from fedjax_bench.core import local, server_opt
+from fedjax_bench.sim import participation
 from fedjax_bench.errors import UsageError
 
 _MODULE = "fedjax_bench.cli"
@@ -38,7 +40,7 @@ flags.DEFINE_float("synthetic_alpha", 1.0, "LEAF Synthetic(alpha, beta): model h
 flags.DEFINE_float("synthetic_beta", 1.0, "LEAF Synthetic(alpha, beta): data heterogeneity.",
                    module_name=_MODULE)
 flags.DEFINE_integer("num_clients", 100, "Clients in the population.", module_name=_MODULE)
-flags.DEFINE_enum("participation", "uniform", ["uniform", "full", "bernoulli"],
+flags.DEFINE_enum("participation", "uniform", list(participation.PARTICIPATIONS),
                   "uniform: --clients_per_round of --num_clients without replacement; full: "
                   "everyone; bernoulli: each client independently with --participation_prob.",
                   module_name=_MODULE)
@@ -65,7 +67,7 @@ flags.DEFINE_float("server_beta1", 0.9, "beta1 for adam/yogi/amsgrad.", module_n
 flags.DEFINE_float("server_beta2", 0.99, "beta2 for adam/yogi/amsgrad.", module_name=_MODULE)
 flags.DEFINE_float("server_eps", 1e-3, "epsilon (tau) for adam/yogi/amsgrad.",
                    module_name=_MODULE)
-flags.DEFINE_enum("weighting", "uniform", ["uniform", "data_size"], "Aggregation weights.",
+flags.DEFINE_enum("weighting", "uniform", list(fedavg.WEIGHTINGS), "Aggregation weights.",
                   module_name=_MODULE)
 flags.DEFINE_integer("client_width", -1, "Clients trained at once (vmapped) per step of a loop "
                      "over the cohort: 0 = the whole cohort, -1 = auto (4 on CPU, 0 on "
@@ -155,7 +157,7 @@ def _run() -> int:
   import jax
   from fedjax_bench import engine
   from fedjax_bench.core.task import make_task
-  from fedjax_bench.sim import participation, world as world_lib
+  from fedjax_bench.sim import world as world_lib
 
   seeds = parse_seeds(FLAGS.seeds)
   name = FLAGS.name or f"{FLAGS.algo}_{FLAGS.dataset}_{FLAGS.model}"
