@@ -15,9 +15,9 @@ from absl import flags
 logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)  # no "no TPU" notice
 
 from fedjax_bench import algorithms, data, models, results
-from fedjax_bench.algorithms import fedavg
-from fedjax_bench.core import local, server_opt
-from fedjax_bench.sim import participation
+from fedjax_bench.algorithms import f3ast, fedavg, fedawe
+from fedjax_bench.core import local, schedules, server_opt
+from fedjax_bench.sim import availability, participation
 from fedjax_bench.errors import UsageError
 
 _MODULE = "fedjax_bench.cli"
@@ -26,9 +26,9 @@ FLAGS = flags.FLAGS
 flags.DEFINE_enum("algo", "fedavg", sorted(algorithms.ALGORITHMS), "Algorithm.", module_name=_MODULE)
 flags.DEFINE_enum("dataset", "synthetic", list(data.DATASETS), "Dataset.", module_name=_MODULE)
 flags.DEFINE_enum("model", "logreg", list(models.MODELS), "Model.", module_name=_MODULE)
-flags.DEFINE_enum("partition", "iid", list(data.PARTITIONS), "How the training set is split "
-                  "over clients (image datasets; synthetic data has its own natural split).",
-                  module_name=_MODULE)
+flags.DEFINE_enum("partition", None, list(data.PARTITIONS), "How the training set is split "
+                  "over clients (default: the dataset's own: natural for synthetic, dirichlet "
+                  "for toyfl, iid for image datasets).", module_name=_MODULE)
 flags.DEFINE_float("alpha", 0.5, "Dirichlet concentration for --partition=dirichlet "
                    "(smaller: more skewed).", module_name=_MODULE)
 flags.DEFINE_integer("shards_per_client", 2, "Label shards per client for --partition=shards.",
@@ -50,6 +50,33 @@ flags.DEFINE_float("participation_prob", 0.1, "Probability for --participation=b
                    module_name=_MODULE)
 flags.DEFINE_integer("cohort_cap", 0, "Static cohort size for bernoulli participation "
                      "(0: mean + 7 std).", module_name=_MODULE)
+flags.DEFINE_enum("availability", "off", ["off", *availability.DYNAMICS],
+                  "Client availability: each client is available with its own probability "
+                  "p_i^t = p_i * f(t) (FedAWE spec §3); off: --participation decides.",
+                  module_name=_MODULE)
+flags.DEFINE_enum("availability_probs", "data", ["data", "constant"], "Base p_i: data = "
+                  "<label histogram of client i, phi> (FedAWE §3.1); constant = "
+                  "--availability_p for every client (the paper's Example 2).",
+                  module_name=_MODULE)
+flags.DEFINE_enum("availability_phi", "paper", list(availability.PHI_MODES), "Class weights "
+                  "phi of the data-correlated p_i: paper = U(0,1) for the first half of the "
+                  "classes, U(0,0.5) for the rest, drawn from --partition_seed; stress = 0.9 "
+                  "/ 0.1 (the spec's toyfl experiment).", module_name=_MODULE)
+flags.DEFINE_alias("toyfl_phi", "availability_phi", module_name=_MODULE)
+flags.DEFINE_float("availability_p", 0.5, "p_i of every client for --availability_probs="
+                   "constant.", module_name=_MODULE)
+flags.DEFINE_float("availability_p_min", 0.0, "Floor on the base p_i (IBM/fedau used 0.02; "
+                   "the FedAWE paper none).", module_name=_MODULE)
+flags.DEFINE_integer("availability_period", 20, "Period P of staircase/sine/interleaved_sine "
+                     "(and of cyclic).", module_name=_MODULE)
+flags.DEFINE_float("availability_gamma", 0.3, "Amplitude gamma of the sine dynamics.",
+                   module_name=_MODULE)
+flags.DEFINE_float("availability_delta0", 0.1, "interleaved_sine: p_i^t below this is 0.",
+                   module_name=_MODULE)
+flags.DEFINE_float("availability_low", 0.4, "staircase: the factor of the low half-period.",
+                   module_name=_MODULE)
+flags.DEFINE_float("markov_a", 0.05, "markov: the inactive -> active transition "
+                   "probability.", module_name=_MODULE)
 flags.DEFINE_integer("rounds", 100, "Communication rounds.", module_name=_MODULE)
 flags.DEFINE_integer("local_steps", 10, "Local optimizer steps per round.", module_name=_MODULE)
 flags.DEFINE_float("local_epochs", 0.0, "If > 0, each client runs this many epochs of "
@@ -57,7 +84,13 @@ flags.DEFINE_float("local_epochs", 0.0, "If > 0, each client runs this many epoc
 flags.DEFINE_integer("batch_size", 32, "Local minibatch size.", module_name=_MODULE)
 flags.DEFINE_enum("sampling", "shuffle", list(local.SAMPLINGS), "Local minibatches: shuffled "
                   "epochs or uniform with replacement.", module_name=_MODULE)
-flags.DEFINE_float("client_lr", 0.1, "Client SGD learning rate.", module_name=_MODULE)
+flags.DEFINE_float("client_lr", 0.1, "Client SGD learning rate (eta_0 of a schedule).",
+                   module_name=_MODULE)
+flags.DEFINE_enum("client_lr_schedule", "constant", list(schedules.SCHEDULES), "Per-round "
+                  "client learning rate: constant, or inv_sqrt = client_lr / sqrt(t / "
+                  "--client_lr_decay_rounds + 1) (FedAWE's, with 10).", module_name=_MODULE)
+flags.DEFINE_integer("client_lr_decay_rounds", 10, "R of --client_lr_schedule=inv_sqrt.",
+                     module_name=_MODULE)
 flags.DEFINE_float("server_lr", 1.0, "Server learning rate.", module_name=_MODULE)
 flags.DEFINE_enum("server_opt", "sgd", list(server_opt.SERVER_OPTS), "Server optimizer on the "
                   "pseudo-gradient: momentum = FedAvgM, adam/yogi = FedOpt.", module_name=_MODULE)
@@ -69,9 +102,30 @@ flags.DEFINE_float("server_eps", 1e-3, "epsilon (tau) for adam/yogi/amsgrad.",
                    module_name=_MODULE)
 flags.DEFINE_enum("weighting", "uniform", list(fedavg.WEIGHTINGS), "Aggregation weights.",
                   module_name=_MODULE)
+flags.DEFINE_float("fedawe_clip", 0.5, "fedawe: clip the averaged echoed update to this L2 "
+                   "norm (0.5 as the authors' code; 0: Algorithm 1 as written).",
+                   module_name=_MODULE)
+flags.DEFINE_enum("fedawe_eval", "mean_local", list(fedawe.EVALS), "fedawe: score the mean of "
+                  "all clients' models (the paper's code and theory) or the server model.",
+                  module_name=_MODULE)
+flags.DEFINE_integer("fedau_k", 50, "fedau: cutoff K on a recorded participation interval.",
+                     module_name=_MODULE)
+flags.DEFINE_float("f3ast_beta", 1e-3, "f3ast: rate of the selection-rate average.",
+                   module_name=_MODULE)
+flags.DEFINE_enum("f3ast_variant", "literal", list(f3ast.VARIANTS), "f3ast aggregation "
+                  "(reconstructed; BUILD_NOTES.md).", module_name=_MODULE)
+flags.DEFINE_integer("f3ast_budget", 0, "f3ast: train only this many available clients, the "
+                     "least selected so far (0: all available).", module_name=_MODULE)
 flags.DEFINE_integer("client_width", -1, "Clients trained at once (vmapped) per step of a loop "
                      "over the cohort: 0 = the whole cohort, -1 = auto (4 on CPU, 0 on "
                      "GPU/TPU). Changes speed, not results.", module_name=_MODULE)
+flags.DEFINE_bool("zero_init", False, "Start from all-zero weights (--model=logreg only; the "
+                  "FedAWE spec's toyfl experiment).", module_name=_MODULE)
+flags.DEFINE_bool("augment", True, "Apply the dataset's training augmentation (svhn: random "
+                  "crop; cifar10, cinic10: crop and flip; none for the others).",
+                  module_name=_MODULE)
+flags.DEFINE_bool("batchwise_augmentation", False, "One crop/flip per minibatch instead of "
+                  "per image (what the FedAWE authors' code does).", module_name=_MODULE)
 flags.DEFINE_list("mlp_hidden", ["200", "200"], "Hidden widths of --model=mlp.",
                   module_name=_MODULE)
 flags.DEFINE_string("seeds", "1", "N runs seeds 0..N-1 together; a comma list (5,7) names them.",
@@ -90,11 +144,14 @@ flags.DEFINE_string("cache_dir", None, "Converted-dataset cache (default $FEDJAX
                     "then ~/.cache/fedjax_bench).", module_name=_MODULE)
 
 _POSITIVE = ("num_clients", "clients_per_round", "rounds", "batch_size", "eval_every",
-             "shards_per_client", "client_lr", "server_lr", "alpha", "local_steps")
+             "shards_per_client", "client_lr", "server_lr", "alpha", "local_steps",
+             "client_lr_decay_rounds", "availability_period", "fedau_k", "f3ast_beta")
 for _name in _POSITIVE:
   flags.register_validator(_name, lambda v: v is None or v > 0, f"--{_name} must be positive")
 flags.register_validator("local_epochs", lambda v: v >= 0, "--local_epochs must be >= 0")
 flags.register_validator("client_width", lambda v: v >= -1, "--client_width must be >= -1")
+flags.register_validator("fedawe_clip", lambda v: v >= 0, "--fedawe_clip must be >= 0")
+flags.register_validator("f3ast_budget", lambda v: v >= 0, "--f3ast_budget must be >= 0")
 flags.register_validator("final_window", lambda v: v >= 0, "--final_window must be >= 0")
 flags.register_multi_flags_validator(
     ["participation", "clients_per_round", "num_clients"],
@@ -156,42 +213,20 @@ def _run() -> int:
   # Heavy imports wait until the flags are known to be good.
   import jax
   from fedjax_bench import engine
-  from fedjax_bench.core.task import make_task
-  from fedjax_bench.sim import world as world_lib
+  from fedjax_bench import experiment
 
   seeds = parse_seeds(FLAGS.seeds)
   name = FLAGS.name or f"{FLAGS.algo}_{FLAGS.dataset}_{FLAGS.model}"
   out = _output_dir(name)
-  dataset = data.load(
-      FLAGS.dataset, num_clients=FLAGS.num_clients, partition=FLAGS.partition,
-      alpha=FLAGS.alpha, shards_per_client=FLAGS.shards_per_client,
-      partition_seed=FLAGS.partition_seed, data_dir=FLAGS.data_dir, cache_dir=FLAGS.cache_dir,
-      synthetic_alpha=FLAGS.synthetic_alpha, synthetic_beta=FLAGS.synthetic_beta)
+  exp = experiment.setup(our_flags(), participation_given=FLAGS["participation"].present)
+  dataset, task = exp.dataset, exp.task
   report = dataset.report()
-  model = models.make(FLAGS.model, num_classes=dataset.num_classes, is_image=dataset.is_image,
-                      mlp_hidden=tuple(int(h) for h in FLAGS.mlp_hidden))
-  task = make_task(dataset, model, train_eval_examples=FLAGS.train_eval_examples)
-  part = participation.make(FLAGS.participation, FLAGS.num_clients,
-                            clients_per_round=FLAGS.clients_per_round,
-                            prob=FLAGS.participation_prob, cap=FLAGS.cohort_cap)
-  steps = world_lib.client_steps(dataset.train.counts, local_steps=FLAGS.local_steps,
-                                 local_epochs=FLAGS.local_epochs, batch_size=FLAGS.batch_size)
-  world = world_lib.make(part, steps)
-  hparams = {
-      "client_lr": FLAGS.client_lr, "server_lr": FLAGS.server_lr,
-      "batch_size": FLAGS.batch_size, "sampling": FLAGS.sampling,
-      "weighting": FLAGS.weighting, "server_opt": FLAGS.server_opt,
-      "server_opt_kwargs": _server_opt_kwargs(FLAGS.server_opt),
-      "client_width": FLAGS.client_width,
-  }
-  algorithm = algorithms.get(FLAGS.algo)
-  build = lambda hp: algorithm.build(task, world, hp)
 
   print(f"{name}: {FLAGS.algo} on {FLAGS.dataset} ({report['num_clients']} clients, "
         f"sizes {report['size_min']}..{report['size_max']}, "
         f"{report['mean_classes_per_client']:.1f} classes/client), {FLAGS.model}, "
         f"seeds {seeds}, {jax.device_count()} {jax.default_backend()} device(s)", flush=True)
-  output = engine.run(build, task, hparams, seeds=seeds, rounds=FLAGS.rounds,
+  output = engine.run(exp.build, task, exp.hparams, seeds=seeds, rounds=FLAGS.rounds,
                       eval_every=FLAGS.eval_every, on_eval=_print_progress)
   config = {"name": name, "flags": our_flags(), "seeds": seeds, "argv": sys.argv,
             "started": datetime.datetime.now().isoformat(timespec="seconds"),
@@ -206,14 +241,6 @@ def _run() -> int:
         f"{_fmt(final['train_loss'])}; {_rate(output.timing['rounds_per_second'])}, "
         f"compile {output.timing['compile_seconds']:.1f}s; results in {out}")
   return _divergence_status(output.history)
-
-
-def _server_opt_kwargs(name: str) -> dict:
-  if name == "momentum":
-    return {"momentum": FLAGS.server_momentum}
-  if name in ("adam", "yogi", "amsgrad"):
-    return {"b1": FLAGS.server_beta1, "b2": FLAGS.server_beta2, "eps": FLAGS.server_eps}
-  return {}
 
 
 def _fmt(stat) -> str:

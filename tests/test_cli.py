@@ -21,9 +21,9 @@ def _run(args, tmp_path, env=None, timeout=600):
 
 
 @pytest.mark.parametrize("args,message", [
-    (["--algo=fedbogus"], "--algo=fedbogus: value should be one of <fedavg>"),
-    (["--dataset=imagenet"], "value should be one of <synthetic|mnist>"),
-    (["--model=resnet9000"], "value should be one of <logreg|mlp|cnn>"),
+    (["--algo=fedbogus"], "--algo=fedbogus: value should be one of <f3ast|fedau|fedavg|fedavg_all|fedavg_known|fedawe|fedvarp|mifa>"),
+    (["--dataset=imagenet"], "value should be one of <synthetic|mnist|toyfl|svhn|cifar10|cinic10>"),
+    (["--model=resnet9000"], "value should be one of <logreg|mlp|cnn|cnn_svhn|cnn_cifar10|cnn_cinic10>"),
     (["--partition=random"], "value should be one of <iid|dirichlet|shards>"),
     (["--server_opt=lion"], "sgd|momentum|adam|yogi|amsgrad"),
     (["--no_such_flag=1"], "Unknown command line flag 'no_such_flag'"),
@@ -96,3 +96,33 @@ def test_fedavg_mlp_reaches_95_percent_on_real_mnist(tmp_path):
   assert r.returncode == 0, r.stderr[-3000:]
   summary = json.loads((out / "summary.json").read_text())
   assert summary["final"]["test_accuracy"]["mean"] >= 0.95, r.stdout
+
+
+def test_every_shipped_flagfile_parses(tmp_path):
+  """benchmarks/configs/*/*.flags name only flags and values the CLI accepts."""
+  code = """
+import glob, sys
+from fedjax_bench import cli
+files = sorted(glob.glob('benchmarks/configs/*/*.flags'))
+assert files
+for f in files:
+  extra = ['--flagfile=benchmarks/configs/fedawe/algo_fedawe.flags'] if '/paper_' in f else []
+  cli.FLAGS.unparse_flags()
+  cli.parse_argv(['x', '--flagfile=' + f, *extra])
+print(len(files))
+"""
+  r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                     timeout=120)
+  assert r.returncode == 0, r.stderr[-2000:]
+  assert int(r.stdout.split()[-1]) >= 44
+
+
+def test_toyfl_flagfile_runs_and_paper_flagfile_fails_fast_without_svhn(tmp_path):
+  cfg = REPO / "benchmarks" / "configs" / "fedawe"
+  r = _run([f"--flagfile={cfg / 'toyfl_stress_sine.flags'}", "--algo=fedawe",
+            "--rounds=4", "--eval_every=2", f"--output_dir={tmp_path / 'toy'}"], tmp_path)
+  assert r.returncode == 0, r.stderr[-2000:]
+  r = _run([f"--flagfile={cfg / 'paper_svhn_sine.flags'}",
+            f"--flagfile={cfg / 'algo_fedawe.flags'}", "--data_dir=/nonexistent",
+            f"--output_dir={tmp_path / 'svhn'}"], tmp_path)
+  assert r.returncode == 2 and "svhn" in r.stderr.lower(), r.stderr[-2000:]

@@ -1,5 +1,6 @@
 """Tests of fedjax_bench.data: partitions, the synthetic generator, MNIST via TFDS."""
 
+import dataclasses
 import os
 import pathlib
 import shutil
@@ -12,9 +13,9 @@ import pytest
 
 from fedjax_bench import data
 from fedjax_bench.data import partition as part
-from fedjax_bench.data.federated import pixels_to_float
 from fedjax_bench.data import synthetic, tfds_data
-from fedjax_bench.errors import UsageError
+from fedjax_bench.data.federated import pixels_to_float
+from fedjax_bench.errors import DataMissingError, UsageError
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -97,7 +98,7 @@ def _dirichlet_by_hand(labels, m, alpha, seed, c):
       cum = 0.0
       for j in range(n + 1):
         cum += q[j][k]
-      end = int(round(len(idx[k]) * cum / colsum[k]))
+      end = round(len(idx[k]) * cum / colsum[k])
       clients[n] += idx[k][start[k]:end]
       start[k] = end
   return clients
@@ -217,7 +218,7 @@ def mnist_cache(tmp_path_factory):
 def _run_py(code: str, env_extra: dict, timeout: float) -> subprocess.CompletedProcess:
   env = {**os.environ, **env_extra, "PYTHONPATH": str(REPO)}
   return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                        text=True, timeout=timeout, cwd=str(REPO))
+                        text=True, timeout=timeout, cwd=str(REPO), check=False)
 
 
 @needs_mnist
@@ -311,3 +312,118 @@ def test_corrupt_cache_is_rebuilt(mnist_cache, tmp_path):
                             cache_dir=str(tmp_path / "cache"))
   assert np.array_equal(a["test_y"], good["test_y"])
   assert np.array_equal(np.load(bad), good["test_y"])
+
+
+# --- the FedAWE image datasets (spec 000_fedawe §5) ----------------------------------
+
+def test_image_specs_follow_the_paper():
+  s = tfds_data.SPECS
+  assert (s["svhn"].tfds_name, s["svhn"].version) == ("svhn_cropped", "3.1.0")
+  assert (s["cifar10"].tfds_name, s["cifar10"].version) == ("cifar10", "3.0.2")
+  assert s["cinic10"].source == "folder" and s["svhn"].source == s["cifar10"].source == "tfds"
+  sizes = {k: (s[k].num_train, s[k].num_test) for k in ("svhn", "cifar10", "cinic10")}
+  assert sizes == {"svhn": (73257, 26032), "cifar10": (50000, 10000),
+                   "cinic10": (90000, 90000)}
+  assert all(s[k].image_shape == (32, 32, 3) and s[k].num_classes == 10 for k in sizes)
+  assert s["svhn"].normalize_mean == (0.4376821, 0.4437697, 0.47280442)
+  assert s["svhn"].normalize_std == (0.19803012, 0.20101562, 0.19703614)
+  assert s["cifar10"].normalize_mean == (0.4914, 0.4822, 0.4465)
+  assert s["cifar10"].normalize_std == (0.2023, 0.1994, 0.2010)
+  assert s["cinic10"].normalize_mean == (0.47889522, 0.47227842, 0.43047404)
+  assert s["cinic10"].normalize_std == (0.24205776, 0.23828046, 0.25874835)
+  assert [s[k].augmentation for k in ("mnist", "svhn", "cifar10", "cinic10")] == [
+      "none", "crop", "crop_flip", "crop_flip"]
+  assert s["mnist"].normalize_mean is None
+  assert set(sizes) <= set(data.DATASETS)
+
+
+@pytest.mark.parametrize("name,ident", [("svhn", "svhn_cropped"), ("cifar10", "cifar10")])
+def test_missing_tfds_image_data_fails_fast(name, ident, tmp_path, monkeypatch):
+  monkeypatch.setattr(tfds_data, "_network_ok", lambda: False)
+  t = time.perf_counter()
+  with pytest.raises(DataMissingError) as e:
+    data.load(name, num_clients=10, data_dir=str(tmp_path / "tfds"),
+              cache_dir=str(tmp_path / "cache"))
+  assert time.perf_counter() - t < 10
+  msg = str(e.value)
+  assert f"{name!r}" in msg and ident in msg and "TFDS_DATA_DIR" in msg
+  assert str(tmp_path / "tfds") in msg and len(msg.splitlines()) == 1
+
+
+CINIC_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse",
+                 "ship", "truck")
+
+
+def _fake_cinic(root: pathlib.Path, per_class=(2, 1)) -> dict:
+  """A CINIC-10 tree with a few 32x32 PNGs per class (and a grayscale one, as CINIC has)."""
+  from PIL import Image
+  rng = np.random.default_rng(0)
+  want = {}
+  for split, n in zip(("train", "test", "valid"), per_class + (1,)):
+    xs = []
+    for label, c in enumerate(CINIC_CLASSES):
+      (root / split / c).mkdir(parents=True)
+      for j in reversed(range(n)):  # written out of order: the reader sorts file names
+        name = f"n0{label}_{j}.png"
+        if split == "train" and label == 3 and j == 0:
+          gray = rng.integers(0, 256, (32, 32), dtype=np.uint8)
+          Image.fromarray(gray, "L").save(root / split / c / name)
+          img = np.repeat(gray[..., None], 3, axis=-1)
+        else:
+          img = rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)
+          Image.fromarray(img).save(root / split / c / name)
+        xs.append((label, j, img))
+    xs.sort(key=lambda t: (t[0], t[1]))
+    want[f"{split}_x"] = np.stack([t[2] for t in xs])
+    want[f"{split}_y"] = np.array([t[0] for t in xs], np.int32)
+  (root / "README.md").write_text("not an image")
+  return want
+
+
+@pytest.fixture
+def small_cinic_spec(monkeypatch):
+  spec = dataclasses.replace(tfds_data.SPECS["cinic10"], num_train=None, num_test=None)
+  monkeypatch.setitem(tfds_data.SPECS, "cinic10", spec)
+  monkeypatch.delenv("CINIC10_DIR", raising=False)
+
+
+def test_cinic10_from_the_folder_layout(tmp_path, small_cinic_spec, monkeypatch):
+  want = _fake_cinic(tmp_path / "data" / "CINIC-10")
+  cache = tmp_path / "cache"
+  a = tfds_data.load_arrays("cinic10", data_dir=str(tmp_path / "data"), cache_dir=str(cache))
+  for k in ("train_x", "train_y", "test_x", "test_y"):
+    assert np.array_equal(a[k], want[k]), k
+    assert a[k].dtype == want[k].dtype
+  assert (cache / "cinic10-1.0" / "train_x.npy").exists()
+  # $CINIC10_DIR names the root itself; the cache is read once it exists.
+  shutil.rmtree(tmp_path / "data")
+  monkeypatch.setenv("CINIC10_DIR", str(tmp_path / "gone"))
+  d = data.load("cinic10", num_clients=4, cache_dir=str(cache))
+  assert d.is_image and d.feature_shape == (32, 32, 3) and d.train.num_examples == 20
+  assert d.train.x.dtype == np.uint8 and d.test_y.shape == (10,)
+  assert d.normalize == (tfds_data.SPECS["cinic10"].normalize_mean,
+                         tfds_data.SPECS["cinic10"].normalize_std)
+  assert d.augmentation == "crop_flip"
+
+
+def test_cinic10_env_var_and_wrong_counts(tmp_path, monkeypatch):
+  monkeypatch.setenv("CINIC10_DIR", str(tmp_path / "cinic"))
+  _fake_cinic(tmp_path / "cinic", per_class=(1, 1))
+  with pytest.raises(UsageError, match="found 10 images .*expected 90000"):
+    tfds_data.load_arrays("cinic10", cache_dir=str(tmp_path / "cache"))
+
+
+def test_missing_cinic10_fails_fast_with_where_to_get_it(tmp_path, monkeypatch):
+  monkeypatch.delenv("CINIC10_DIR", raising=False)
+  monkeypatch.delenv("TFDS_DATA_DIR", raising=False)
+  t = time.perf_counter()
+  with pytest.raises(DataMissingError) as e:
+    data.load("cinic10", num_clients=10, data_dir=str(tmp_path / "d"),
+              cache_dir=str(tmp_path / "cache"))
+  assert time.perf_counter() - t < 2
+  msg = str(e.value)
+  assert "'cinic10'" in msg and "datashare.ed.ac.uk" in msg and "CINIC10_DIR" in msg
+  assert str(tmp_path / "d" / "CINIC-10") in msg and len(msg.splitlines()) == 1
+  monkeypatch.setenv("CINIC10_DIR", str(tmp_path / "elsewhere"))
+  with pytest.raises(DataMissingError, match="elsewhere"):
+    tfds_data.load_arrays("cinic10", cache_dir=str(tmp_path / "cache"))

@@ -10,7 +10,8 @@ from fedjax_bench.algorithms import fedavg
 from fedjax_bench.core.task import make_task
 from fedjax_bench.data.federated import Dataset, FederatedData
 from fedjax_bench.errors import UsageError
-from fedjax_bench.sim import participation, world as world_lib
+from fedjax_bench.sim import participation
+from fedjax_bench.sim import world as world_lib
 
 
 @pytest.mark.parametrize("name,params", [
@@ -42,7 +43,7 @@ def test_cnn_fedavg_learns_bright_from_dark_images():
                2, (28, 28, 1), True)
   task = make_task(ds, models.make("cnn", num_classes=2, is_image=True))
   world = world_lib.make(participation.full(4), np.full(4, 3))
-  alg = fedavg.build(task, world, dict(client_lr=0.05, batch_size=8))
+  alg = fedavg.build(task, world, {"client_lr": 0.05, "batch_size": 8})
   server, clients = alg.init(jax.random.PRNGKey(0))
   step = jax.jit(alg.round)
   before = task.evaluate(server.params)
@@ -51,3 +52,109 @@ def test_cnn_fedavg_learns_bright_from_dark_images():
   after = task.evaluate(server.params)
   assert float(after["test_accuracy"]) >= 0.9
   assert float(after["train_loss"]) < 0.5 * float(before["train_loss"])
+
+
+# --- the FedAWE CNNs (spec 000_fedawe §5.1) ----------------------------------------
+
+CIFAR_NORM = ((0.4914, 0.4822, 0.4465), (0.2023, 0.1994, 0.2010))
+
+
+def _init_cnn(name, seed=0, normalize=None):
+  model = models.make(name, num_classes=10, is_image=True, normalize=normalize)
+  return model, model.init(jax.random.PRNGKey(seed), jnp.zeros((1, 32, 32, 3)))["params"]
+
+
+@pytest.mark.parametrize("name,params", [
+    ("cnn_svhn", 273_706), ("cnn_cifar10", 551_786), ("cnn_cinic10", 1_193_130)])
+def test_fedawe_cnn_parameter_counts_and_outputs(name, params):
+  model, p = _init_cnn(name)
+  assert name in models.MODELS
+  assert sum(a.size for a in jax.tree.leaves(p)) == params
+  assert model.apply({"params": p}, jnp.zeros((5, 32, 32, 3))).shape == (5, 10)
+  with pytest.raises(UsageError, match="image data"):
+    models.make(name, num_classes=10, is_image=False)
+
+
+def test_fedawe_cnn_init_statistics():
+  _, p = _init_cnn("cnn_cinic10", seed=3)
+  for layer, fan_in in (("Conv_0", 27), ("Conv_1", 288)):
+    assert p[layer]["kernel"].shape[:3] == (3, 3, p[layer]["kernel"].shape[2])
+    std = float(jnp.std(p[layer]["kernel"]))
+    assert abs(std / np.sqrt(2 / fan_in) - 1) < (0.15 if fan_in == 27 else 0.03), layer
+    assert not np.any(np.asarray(p[layer]["bias"]))
+  for layer, fan_in in (("DenseOI_0", 2048), ("DenseOI_1", 512)):
+    w = np.asarray(p[layer]["kernel"])
+    sigma = np.sqrt(2 / fan_in)
+    assert w.shape[1] == fan_in and abs(w.std() / sigma - 1) < 0.02, layer
+    # An untruncated normal: about 4.6 % of the weights lie beyond 2 sigma.
+    assert 0.035 < np.mean(np.abs(w) > 2 * sigma) < 0.06, layer
+    assert not np.any(np.asarray(p[layer]["bias"]))
+  bound = 1 / np.sqrt(256)  # the output layer keeps PyTorch's nn.Linear default
+  for leaf in ("kernel", "bias"):
+    a = np.asarray(p["DenseOI_2"][leaf])
+    assert np.abs(a).max() <= bound and np.abs(a).max() > 0.7 * bound, leaf
+  w = np.asarray(p["DenseOI_2"]["kernel"])
+  assert abs(w.std() / (bound / np.sqrt(3)) - 1) < 0.05
+
+
+def _torch_layout_forward(p, x, norm):
+  """The CIFAR-10 CNN as PyTorch computes it: NCHW, OIHW kernels, view(N, -1)."""
+  mean, std = (jnp.asarray(v)[None, :, None, None] for v in norm)
+  h = (jnp.transpose(x, (0, 3, 1, 2)) - mean) / std
+  for conv in ("Conv_0", "Conv_1"):
+    k = jnp.transpose(p[conv]["kernel"], (3, 2, 0, 1))
+    h = jax.lax.conv_general_dilated(h, k, (1, 1), ((1, 1), (1, 1)),
+                                     dimension_numbers=("NCHW", "OIHW", "NCHW"))
+    h = jax.nn.relu(h + p[conv]["bias"][None, :, None, None])
+    n, c, hh, ww = h.shape
+    h = h.reshape(n, c, hh // 2, 2, ww // 2, 2).max(axis=(3, 5))
+  h = h.reshape(h.shape[0], -1)
+  for i, dense in enumerate(("DenseOI_0", "DenseOI_1", "DenseOI_2")):
+    h = h @ p[dense]["kernel"].T + p[dense]["bias"]
+    h = jax.nn.relu(h) if i < 2 else h
+  return h
+
+
+def test_fedawe_cnn_matches_pytorch_layout_and_normalizes_itself():
+  model, p = _init_cnn("cnn_cifar10", normalize=CIFAR_NORM)
+  x = jax.random.uniform(jax.random.PRNGKey(1), (4, 32, 32, 3))
+  got = model.apply({"params": p}, x)
+  want = _torch_layout_forward(p, x, CIFAR_NORM)
+  np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4, atol=1e-4)
+  plain, _ = _init_cnn("cnn_cifar10")
+  standardized = (x - jnp.asarray(CIFAR_NORM[0])) / jnp.asarray(CIFAR_NORM[1])
+  np.testing.assert_allclose(np.asarray(plain.apply({"params": p}, standardized)),
+                             np.asarray(got), rtol=1e-5, atol=1e-5)
+
+
+def test_dropout_only_in_training_mode():
+  x = jax.random.uniform(jax.random.PRNGKey(1), (8, 32, 32, 3))
+  model, p = _init_cnn("cnn_cinic10")
+  v = {"params": p}
+  eval_out = model.apply(v, x)
+  assert np.array_equal(np.asarray(eval_out), np.asarray(model.apply(v, x, train=False)))
+  drop = lambda k: model.apply(v, x, train=True, rngs={"dropout": jax.random.PRNGKey(k)})
+  assert not np.allclose(drop(0), eval_out) and not np.allclose(drop(0), drop(1))
+  assert np.array_equal(np.asarray(drop(2)), np.asarray(drop(2)))
+  with pytest.raises(Exception, match="dropout"):
+    model.apply(v, x, train=True)
+  for name in ("cnn_svhn", "cnn_cifar10", "logreg", "mlp", "cnn"):  # no dropout: no effect
+    m = models.make(name, num_classes=10, is_image=True)
+    xs = x if name.startswith("cnn_") else x[:, :28, :28, :1]
+    w = m.init(jax.random.PRNGKey(0), xs)
+    assert np.array_equal(np.asarray(m.apply(w, xs)), np.asarray(
+        m.apply(w, xs, train=True, rngs={"dropout": jax.random.PRNGKey(0)}))), name
+
+
+def test_zero_init_logreg_and_bad_options():
+  model = models.make("logreg", num_classes=10, is_image=False, zero_init=True)
+  v = model.init(jax.random.PRNGKey(0), jnp.ones((1, 32)))
+  assert all(not np.any(np.asarray(a)) for a in jax.tree.leaves(v))
+  assert not np.any(np.asarray(model.apply(v, jax.random.normal(jax.random.PRNGKey(1), (4, 32)))))
+  default = models.make("logreg", num_classes=10, is_image=False)
+  assert np.any(np.asarray(default.init(jax.random.PRNGKey(0), jnp.ones((1, 32)))["params"]
+                           ["DenseOI_0"]["kernel"]))
+  with pytest.raises(UsageError, match="logreg"):
+    models.make("cnn_svhn", num_classes=10, is_image=True, zero_init=True)
+  with pytest.raises(UsageError, match="normalize"):
+    models.make("cnn_svhn", num_classes=10, is_image=True, normalize=((0.5,), (0.0,)))

@@ -1,10 +1,18 @@
 """Algorithms by name: each module has ``build(task, world, hparams) -> FederatedAlgorithm``."""
 
-from fedjax_bench.algorithms import fedavg
+from fedjax_bench.algorithms import (f3ast, fedau, fedavg, fedavg_all, fedavg_known, fedawe,
+                                     fedvarp, mifa)
 from fedjax_bench.errors import UsageError
 
 ALGORITHMS = {
     "fedavg": fedavg,
+    "fedavg_all": fedavg_all,
+    "fedavg_known": fedavg_known,
+    "fedau": fedau,
+    "f3ast": f3ast,
+    "fedawe": fedawe,
+    "mifa": mifa,
+    "fedvarp": fedvarp,
 }
 
 

@@ -1,4 +1,4 @@
-"""Masked and weighted means and sums over the client (leading) axis."""
+"""Masked and weighted means and sums over the client (leading) axis; norm clipping."""
 
 import jax
 import jax.numpy as jnp
@@ -13,3 +13,20 @@ def weighted_mean(tree, weights: jax.Array):
   total = jnp.sum(weights)
   scale = jnp.where(total > 0, 1.0 / jnp.where(total > 0, total, 1.0), 0.0)
   return jax.tree.map(lambda s: s * scale.astype(s.dtype), weighted_sum(tree, weights))
+
+
+def scaled_sum(tree, weights: jax.Array, denominator):
+  """sum_i w_i x_i / denominator (a fixed normalizer such as the population size)."""
+  scale = 1.0 / jnp.asarray(denominator, jnp.float32)
+  return jax.tree.map(lambda s: s * scale.astype(s.dtype), weighted_sum(tree, weights))
+
+
+def global_norm(tree) -> jax.Array:
+  return jnp.sqrt(sum(jnp.sum(jnp.square(a)) for a in jax.tree.leaves(tree)))
+
+
+def clip_by_global_norm(tree, max_norm):
+  """tree * min(1, max_norm / ||tree||_2), the L2 norm over all leaves together."""
+  norm = global_norm(tree)
+  scale = jnp.minimum(1.0, max_norm / jnp.maximum(norm, 1e-30))
+  return jax.tree.map(lambda a: a * scale.astype(a.dtype), tree)

@@ -15,6 +15,7 @@ _PURPOSES = {
     "availability": 4,
     "delay": 5,
     "server": 6,
+    "local_noise": 7,  # augmentation and dropout inside local steps
 }
 
 

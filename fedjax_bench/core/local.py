@@ -59,9 +59,11 @@ def train(params, key, offset, count, num_steps, *, x, y, loss_fn: Callable,
           opt: optax.GradientTransformation, spec: LocalSpec, max_count: int):
   """Runs one client's local steps; returns (new params, mean loss over its steps).
 
-  ``loss_fn(params, xb, yb, wb)`` is the weighted minibatch loss; algorithms that
-  add terms (a proximal term, say) pass their own.
+  ``loss_fn(params, xb, yb, wb, rng)`` is the weighted minibatch loss in training mode
+  (``rng`` drives augmentation and dropout; `Task.loss`); algorithms that add terms (a
+  proximal term, say) pass their own.
   """
+  noise_key = keys.for_purpose(key, "local_noise")
   grad_fn = jax.value_and_grad(loss_fn)
 
   def step(carry, s):
@@ -69,7 +71,7 @@ def train(params, key, offset, count, num_steps, *, x, y, loss_fn: Callable,
     pos, w, perm = batch_positions(key, s, count, perm, batch_size=spec.batch_size,
                                    sampling=spec.sampling)
     idx = offset + pos
-    loss, g = grad_fn(p, x[idx], y[idx], w)
+    loss, g = grad_fn(p, x[idx], y[idx], w, jax.random.fold_in(noise_key, s))
     updates, new_opt_state = opt.update(g, opt_state, p)
     new_p = optax.apply_updates(p, updates)
     active = s < num_steps
@@ -85,20 +87,24 @@ def train(params, key, offset, count, num_steps, *, x, y, loss_fn: Callable,
 
 def train_cohort(task, world, params, ids, key, *, opt: optax.GradientTransformation,
                  batch_size: int, sampling: str = "shuffle", width: int = -1,
-                 loss_fn: Optional[Callable] = None):
-  """Local training of the cohort ``ids`` from ``params``, each client with its own key
-  and its world step budget: (deltas x_i - params [cap, ...], mean losses [cap]).
+                 loss_fn: Optional[Callable] = None, per_client_start: bool = False):
+  """Local training of the cohort ``ids``, each client with its own key and its world
+  step budget: (deltas x_i - start_i [cap, ...], mean losses [cap]).
 
+  Every client starts from ``params``, or with ``per_client_start`` from its own row
+  of ``params`` (a [cap, ...] pytree, e.g. FedAWE's stored local models).
   ``loss_fn`` defaults to ``task.loss``; ``width`` is ``cohort.map_clients``'s.
   """
   spec = LocalSpec(world.max_steps, batch_size, sampling)
   loss_fn = loss_fn or task.loss
 
-  def one(i, k):
-    new, loss = train(params, k, task.offsets[i], task.counts[i], world.client_steps[i],
+  def one(i, k, start):
+    new, loss = train(start, k, task.offsets[i], task.counts[i], world.client_steps[i],
                       x=task.x, y=task.y, loss_fn=loss_fn, opt=opt, spec=spec,
                       max_count=task.max_count)
-    return jax.tree.map(jnp.subtract, new, params), loss
+    return jax.tree.map(jnp.subtract, new, start), loss
 
   client_keys = keys.per_client(keys.for_purpose(key, "local_train"), ids)
-  return cohort.map_clients(one, ids, client_keys, width=width)
+  if per_client_start:
+    return cohort.map_clients(one, ids, client_keys, params, width=width)
+  return cohort.map_clients(lambda i, k: one(i, k, params), ids, client_keys, width=width)

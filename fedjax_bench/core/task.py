@@ -1,6 +1,7 @@
 """A task binds a model to federated data: loss, parameter init and central evaluation."""
 
 import dataclasses
+import inspect
 from typing import Any
 
 import jax
@@ -9,6 +10,7 @@ import numpy as np
 import optax
 from flax import linen as nn
 
+from fedjax_bench.data import augment
 from fedjax_bench.data.federated import Dataset, pixels_to_float
 
 
@@ -29,6 +31,8 @@ class Task:
   max_count: int           # the largest client, a static bound for shuffling
   loss_type: str = "cross_entropy"  # or "squared_error": 0.5 (f(x) - y)^2, f scalar
   eval_chunk: int = 2048
+  augmentation: str = "none"        # training-time image augmentation (data/augment.py)
+  augment_batchwise: bool = False   # one crop/flip per minibatch, as the FedAWE code does
 
   @property
   def num_clients(self) -> int:
@@ -38,25 +42,43 @@ class Task:
     x = pixels_to_float(self.x[:1]).reshape((1,) + self.feature_shape)
     return self.model.init(key, x)["params"]
 
-  def logits(self, params, x: jax.Array) -> jax.Array:
-    """x: [batch, D] flattened examples (uint8 pixels are scaled to [0, 1] here)."""
+  def logits(self, params, x: jax.Array, rng: jax.Array | None = None) -> jax.Array:
+    """x: [batch, D] flattened examples (uint8 pixels are scaled to [0, 1] here).
+
+    With ``rng`` the model runs in training mode: the batch is augmented and dropout
+    is on, each with its own key. Evaluation passes no rng.
+    """
     x = pixels_to_float(x).reshape((-1,) + self.feature_shape)
-    return self.model.apply({"params": params}, x)
+    if rng is None:
+      return self.model.apply({"params": params}, x)
+    aug_key, dropout_key = jax.random.split(rng)
+    if self.augmentation != "none":
+      x = augment.augment(aug_key, x, self.augmentation, batchwise=self.augment_batchwise)
+    if not _has_train_mode(self.model):
+      return self.model.apply({"params": params}, x)
+    return self.model.apply({"params": params}, x, train=True, rngs={"dropout": dropout_key})
 
   def pointwise_loss(self, outputs: jax.Array, y: jax.Array) -> jax.Array:
     if self.loss_type == "squared_error":
       return 0.5 * jnp.square(outputs[..., 0] - y)
     return optax.softmax_cross_entropy_with_integer_labels(outputs, y)
 
-  def loss(self, params, x: jax.Array, y: jax.Array, w: jax.Array) -> jax.Array:
-    """The loss averaged with example weights w (0 for padding); 0 if all w are 0."""
-    per_example = self.pointwise_loss(self.logits(params, x), y)
+  def loss(self, params, x: jax.Array, y: jax.Array, w: jax.Array,
+           rng: jax.Array | None = None) -> jax.Array:
+    """The loss averaged with example weights w (0 for padding); 0 if all w are 0.
+    ``rng``: training mode (see `logits`)."""
+    per_example = self.pointwise_loss(self.logits(params, x, rng), y)
     return jnp.sum(w * per_example) / jnp.maximum(jnp.sum(w), 1e-12)
 
   def evaluate(self, params) -> dict:
     test_loss, test_acc = _mean_loss_and_accuracy(self, params, self.test_x, self.test_y)
     train_loss, _ = _mean_loss_and_accuracy(self, params, self.train_eval_x, self.train_eval_y)
     return {"test_accuracy": test_acc, "test_loss": test_loss, "train_loss": train_loss}
+
+
+def _has_train_mode(model: nn.Module) -> bool:
+  """Whether the model's __call__ takes ``train`` (dropout); plain flax layers do not."""
+  return "train" in inspect.signature(type(model).__call__).parameters
 
 
 def _mean_loss_and_accuracy(task: Task, params, x, y):
@@ -81,10 +103,12 @@ def _mean_loss_and_accuracy(task: Task, params, x, y):
 
 
 def make_task(dataset: Dataset, model: nn.Module, *, train_eval_examples: int = 10000,
-              eval_seed: int = 0, loss_type: str = "cross_entropy") -> Task:
+              eval_seed: int = 0, loss_type: str = "cross_entropy",
+              augment: bool = True, augment_batchwise: bool = False) -> Task:
   """``train_eval_examples`` > 0 scores `train_loss` on a fixed random subset of that size.
 
   With ``loss_type="squared_error"`` labels are float targets and accuracy is NaN.
+  ``augment``: apply the dataset's training augmentation (``dataset.augmentation``).
   """
   t = dataset.train
   if t.num_examples == 0:
@@ -101,4 +125,6 @@ def make_task(dataset: Dataset, model: nn.Module, *, train_eval_examples: int = 
       train_eval_x=flat(t.x[idx]), train_eval_y=jnp.asarray(t.y[idx]),
       num_classes=dataset.num_classes, feature_shape=tuple(t.x.shape[1:]),
       max_count=max(int(t.counts.max()), 1),
-      loss_type=loss_type)
+      loss_type=loss_type,
+      augmentation=getattr(dataset, "augmentation", "none") if augment else "none",
+      augment_batchwise=augment_batchwise)

@@ -3,31 +3,47 @@
 * ``synthetic``: LEAF/FedProx Synthetic(synthetic_alpha, synthetic_beta), one user per
   client (the natural split; partition must be "natural" or "iid", which mean the
   same here), generated with ``partition_seed``.
-* ``mnist``: the TFDS train split partitioned by ``partition`` (see ``PARTITIONS``);
-  the TFDS test split is the central test set. Images stay uint8; models see them
-  as float32 in [0, 1] (``federated.pixels_to_float``).
+* ``toyfl``: the Gaussian mixture of spec 000_fedawe §9.1 (``toyfl.gaussian_mixture``),
+  partitioned by ``partition`` (default dirichlet); data seed ``partition_seed + 1000``.
+* ``mnist``, ``svhn``, ``cifar10`` (TFDS) and ``cinic10`` (image folders): the train
+  split partitioned by ``partition`` (default iid; see ``PARTITIONS``), the test split
+  is the central test set. Images stay uint8; models see them as float32 in [0, 1]
+  (``federated.pixels_to_float``). The ``Dataset`` carries each one's per-channel
+  normalization and training augmentation (``tfds_data.SPECS``).
 """
-
-from typing import Optional
 
 import numpy as np
 
 from fedjax_bench.data.federated import Dataset, FederatedData
-from fedjax_bench.data.partition import PARTITIONS, partition as make_partition
+from fedjax_bench.data.partition import PARTITIONS
+from fedjax_bench.data.partition import partition as make_partition
 from fedjax_bench.data.synthetic import leaf_synthetic
-from fedjax_bench.data.tfds_data import SPECS as IMAGE_SPECS, load_arrays
+from fedjax_bench.data.tfds_data import SPECS as IMAGE_SPECS
+from fedjax_bench.data.tfds_data import load_arrays
+from fedjax_bench.data.toyfl import gaussian_mixture
 from fedjax_bench.errors import UsageError
 
-DATASETS = ("synthetic", "mnist")
+DATASETS = ("synthetic", "mnist", "toyfl", "svhn", "cifar10", "cinic10")
 _SYNTHETIC_PARTITIONS = ("natural", "iid")
+DEFAULT_PARTITION = {"synthetic": "natural", "toyfl": "dirichlet"}  # others: iid
 
 
-def load(name: str, *, num_clients: int, partition: str = "iid", alpha: float = 0.5,
-         shards_per_client: int = 2, partition_seed: int = 0,
-         data_dir: Optional[str] = None, cache_dir: Optional[str] = None,
+def load(name: str, *, num_clients: int, partition: str | None = None,
+         alpha: float = 0.5, shards_per_client: int = 2, partition_seed: int = 0,
+         data_dir: str | None = None, cache_dir: str | None = None,
          synthetic_alpha: float = 1.0, synthetic_beta: float = 1.0,
-         synthetic_max_examples_per_client: Optional[int] = None) -> Dataset:
-  """Loads dataset ``name`` split over ``num_clients`` clients."""
+         synthetic_max_examples_per_client: int | None = None,
+         toyfl_num_train: int = 20000, toyfl_num_test: int = 5000) -> Dataset:
+  """Loads dataset ``name`` split over ``num_clients`` clients.
+
+  ``partition=None`` takes the dataset's default (``DEFAULT_PARTITION``, else iid).
+  """
+  if partition is None:
+    partition = DEFAULT_PARTITION.get(name, "iid")
+  if name == "toyfl":
+    return gaussian_mixture(num_clients, partition_seed, partition=partition, alpha=alpha,
+                            shards_per_client=shards_per_client,
+                            num_train=toyfl_num_train, num_test=toyfl_num_test)
   if name == "synthetic":
     if partition not in _SYNTHETIC_PARTITIONS:
       raise UsageError(f"synthetic data has its natural per-user split; partition "
@@ -41,8 +57,8 @@ def load(name: str, *, num_clients: int, partition: str = "iid", alpha: float = 
 
 
 def _load_image(name: str, num_clients: int, partition: str, alpha: float,
-                shards_per_client: int, seed: int, data_dir: Optional[str],
-                cache_dir: Optional[str]) -> Dataset:
+                shards_per_client: int, seed: int, data_dir: str | None,
+                cache_dir: str | None) -> Dataset:
   if partition not in PARTITIONS:  # fail before the (possibly slow) load
     raise UsageError(f"unknown partition {partition!r}; choose one of {', '.join(PARTITIONS)}")
   a = load_arrays(name, data_dir=data_dir, cache_dir=cache_dir)
@@ -50,10 +66,23 @@ def _load_image(name: str, num_clients: int, partition: str, alpha: float,
   clients = make_partition(partition, a["train_y"], num_clients, seed, alpha=alpha,
                            shards_per_client=shards_per_client, num_classes=c)
   train = FederatedData.from_partition(a["train_x"], a["train_y"], clients)
+  spec = IMAGE_SPECS[name]
   return Dataset(name=name, train=train, test_x=a["test_x"],
                  test_y=a["test_y"].astype(np.int32), num_classes=c,
-                 feature_shape=tuple(a["train_x"].shape[1:]), is_image=True)
+                 feature_shape=tuple(a["train_x"].shape[1:]), is_image=True,
+                 normalize_mean=spec.normalize_mean, normalize_std=spec.normalize_std,
+                 augmentation=spec.augmentation)
 
 
-__all__ = ["DATASETS", "Dataset", "FederatedData", "PARTITIONS", "leaf_synthetic",
-           "load", "load_arrays", "make_partition"]
+__all__ = [
+  "DATASETS",
+  "DEFAULT_PARTITION",
+  "PARTITIONS",
+  "Dataset",
+  "FederatedData",
+  "gaussian_mixture",
+  "leaf_synthetic",
+  "load",
+  "load_arrays",
+  "make_partition",
+]

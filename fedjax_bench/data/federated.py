@@ -78,6 +78,18 @@ class Dataset:
   num_classes: int
   feature_shape: tuple[int, ...]
   is_image: bool
+  # Per-channel standardization of pixels in [0, 1], applied by the model (models.make).
+  normalize_mean: tuple[float, ...] | None = None
+  normalize_std: tuple[float, ...] | None = None
+  # Training-time augmentation, one of augment.AUGMENTATIONS: "none", "crop", "crop_flip".
+  augmentation: str = "none"
+
+  @property
+  def normalize(self) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
+    """(mean, std), or None; what models.make(normalize=...) takes."""
+    if self.normalize_mean is None:
+      return None
+    return self.normalize_mean, self.normalize_std
 
   @property
   def client_sizes(self) -> np.ndarray:

@@ -4,7 +4,7 @@ Every partitioner returns one int64 index array per client; together they assign
 example exactly once. All randomness comes from ``np.random.default_rng(seed)``.
 """
 
-from typing import Callable, Optional
+from collections.abc import Callable
 
 import numpy as np
 
@@ -12,7 +12,7 @@ from fedjax_bench.errors import UsageError
 
 
 def _check_labels(labels: np.ndarray, num_clients: int,
-                  num_classes: Optional[int]) -> tuple[np.ndarray, int]:
+                  num_classes: int | None) -> tuple[np.ndarray, int]:
   labels = np.asarray(labels)
   if labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer):
     raise UsageError(f"labels must be a 1-D integer array, got {labels.dtype} "
@@ -38,7 +38,7 @@ def iid(labels: np.ndarray, num_clients: int, seed: int) -> list[np.ndarray]:
 
 
 def dirichlet(labels: np.ndarray, num_clients: int, alpha: float, seed: int,
-              num_classes: Optional[int] = None) -> list[np.ndarray]:
+              num_classes: int | None = None) -> list[np.ndarray]:
   """Dirichlet label skew, exactly the procedure of spec 000_fedawe §4.
 
   ``q ~ Dir(alpha * 1_C)`` per client; client n receives the slice
@@ -59,7 +59,7 @@ def dirichlet(labels: np.ndarray, num_clients: int, alpha: float, seed: int,
     parts = []
     for c, idx in enumerate(by_class):
       # Python round: half to even, as in the reference code's int(round(...)).
-      end = int(round(len(idx) * float(frac[n, c])))
+      end = round(len(idx) * float(frac[n, c]))
       parts.append(idx[start[c]:end])
       start[c] = end
     clients.append(np.concatenate(parts).astype(np.int64))
@@ -67,7 +67,7 @@ def dirichlet(labels: np.ndarray, num_clients: int, alpha: float, seed: int,
 
 
 def shards(labels: np.ndarray, num_clients: int, shards_per_client: int,
-           seed: int, num_classes: Optional[int] = None) -> list[np.ndarray]:
+           seed: int, num_classes: int | None = None) -> list[np.ndarray]:
   """Single-class shards, spec 001_fedef §4.2 ("shards_by_class").
 
   The S = num_clients * shards_per_client shards are spread over the classes as evenly
@@ -104,7 +104,7 @@ PARTITIONS: dict[str, Callable[..., list[np.ndarray]]] = {
 
 def partition(name: str, labels: np.ndarray, num_clients: int, seed: int, *,
               alpha: float = 0.5, shards_per_client: int = 2,
-              num_classes: Optional[int] = None) -> list[np.ndarray]:
+              num_classes: int | None = None) -> list[np.ndarray]:
   """Dispatches to one of ``PARTITIONS``; the arguments a partitioner does not use are ignored."""
   if name == "iid":
     return iid(labels, num_clients, seed)

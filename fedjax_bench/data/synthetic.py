@@ -1,7 +1,5 @@
 """The LEAF / FedProx Synthetic(alpha, beta) generator (spec 004_fedalign §4.2)."""
 
-from typing import Optional
-
 import numpy as np
 
 from fedjax_bench.data.federated import Dataset, FederatedData
@@ -10,7 +8,7 @@ from fedjax_bench.errors import UsageError
 
 def leaf_synthetic(num_clients: int, alpha: float, beta: float, seed: int,
                    dim: int = 60, num_classes: int = 10, test_fraction: float = 0.1,
-                   max_examples_per_client: Optional[int] = None) -> Dataset:
+                   max_examples_per_client: int | None = None) -> Dataset:
   """Synthetic(alpha, beta): one softmax-regression model and input law per user.
 
   Follows FedProx's generate_synthetic.py, with draws in the same order:

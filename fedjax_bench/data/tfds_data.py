@@ -1,7 +1,8 @@
-"""Image datasets from TensorFlow Datasets, converted once to a cache of .npy files.
+"""Image datasets, converted once to a cache of .npy files; ``SPECS`` lists them.
 
 The first load reads the prepared TFDS data (array_record) through ``tfds.data_source``,
-which needs no TensorFlow, and writes uint8 NHWC images and int32 labels to
+which needs no TensorFlow, or, for datasets outside the TFDS catalog (CINIC-10), the
+image files (``image_folder``), and writes uint8 NHWC images and int32 labels to
 ``<cache_dir>/<name>-<version>/``. Later loads read only that cache and never import
 tensorflow_datasets.
 """
@@ -11,10 +12,10 @@ import os
 import pathlib
 import socket
 import threading
-from typing import Optional
 
 import numpy as np
 
+from fedjax_bench.data import image_folder
 from fedjax_bench.errors import DataMissingError, UsageError
 
 _PROBE_HOST = ("storage.googleapis.com", 443)
@@ -24,21 +25,41 @@ _ARRAYS = ("train_x", "train_y", "test_x", "test_y")
 
 @dataclasses.dataclass(frozen=True)
 class ImageSpec:
-  tfds_name: str
+  tfds_name: str  # for source="folder", the folder name of the release
   version: str
   image_shape: tuple[int, int, int]
   num_classes: int
-  num_train: Optional[int] = None  # checked against the cache when known
-  num_test: Optional[int] = None
+  num_train: int | None = None  # checked against the cache when known
+  num_test: int | None = None
   train_split: str = "train"
   test_split: str = "test"
+  source: str = "tfds"  # or "folder": image files, read by image_folder.convert
+  # Metadata for training (federated.Dataset): per-channel standardization of pixels in
+  # [0, 1] (done by the model) and the training augmentation (augment.AUGMENTATIONS).
+  normalize_mean: tuple[float, float, float] | None = None
+  normalize_std: tuple[float, float, float] | None = None
+  augmentation: str = "none"
 
 
-# One line per dataset. Candidates: "fmnist": ImageSpec("fashion_mnist", "3.0.1",
-# (28, 28, 1), 10, 60000, 10000), "cifar10": ImageSpec("cifar10", "3.0.2", (32, 32, 3),
-# 10, 50000, 10000), "svhn": ImageSpec("svhn_cropped", "3.1.0", (32, 32, 3), 10, ...).
+# Normalization constants and augmentations: spec 000_fedawe §5 (the authors' code).
+# Candidate: "fmnist": ImageSpec("fashion_mnist", "3.0.1", (28, 28, 1), 10, 60000, 10000).
 SPECS: dict[str, ImageSpec] = {
     "mnist": ImageSpec("mnist", "3.0.1", (28, 28, 1), 10, 60000, 10000),
+    # The "extra" split (531,131 images) is not used, as in the paper.
+    "svhn": ImageSpec(
+        "svhn_cropped", "3.1.0", (32, 32, 3), 10, 73257, 26032,
+        normalize_mean=(0.4376821, 0.4437697, 0.47280442),
+        normalize_std=(0.19803012, 0.20101562, 0.19703614), augmentation="crop"),
+    "cifar10": ImageSpec(
+        "cifar10", "3.0.2", (32, 32, 3), 10, 50000, 10000,
+        normalize_mean=(0.4914, 0.4822, 0.4465), normalize_std=(0.2023, 0.1994, 0.2010),
+        augmentation="crop_flip"),
+    # Not in the TFDS catalog: the official release's train/ and test/ folders (the
+    # paper's split; valid/ is unused). "1.0" only names the cache.
+    "cinic10": ImageSpec(
+        "CINIC-10", "1.0", (32, 32, 3), 10, 90000, 90000, source="folder",
+        normalize_mean=(0.47889522, 0.47227842, 0.43047404),
+        normalize_std=(0.24205776, 0.23828046, 0.25874835), augmentation="crop_flip"),
 }
 
 
@@ -48,12 +69,12 @@ def _spec(name: str) -> ImageSpec:
   return SPECS[name]
 
 
-def resolve_data_dir(data_dir: Optional[str] = None) -> Optional[str]:
+def resolve_data_dir(data_dir: str | None = None) -> str | None:
   """The argument, else $TFDS_DATA_DIR, else None (the TFDS default)."""
   return data_dir or os.environ.get("TFDS_DATA_DIR") or None
 
 
-def resolve_cache_dir(cache_dir: Optional[str] = None) -> pathlib.Path:
+def resolve_cache_dir(cache_dir: str | None = None) -> pathlib.Path:
   """The argument, else $FEDJAX_BENCH_CACHE, else ~/.cache/fedjax_bench."""
   d = cache_dir or os.environ.get("FEDJAX_BENCH_CACHE")
   return pathlib.Path(d) if d else pathlib.Path.home() / ".cache" / "fedjax_bench"
@@ -74,7 +95,7 @@ def _check_arrays(a: dict[str, np.ndarray], spec: ImageSpec) -> bool:
 
 
 def _read_cache(paths: dict[str, pathlib.Path],
-                spec: ImageSpec) -> tuple[Optional[dict[str, np.ndarray]], bool]:
+                spec: ImageSpec) -> tuple[dict[str, np.ndarray] | None, bool]:
   """Returns (arrays, corrupt): (None, False) when the cache is absent or incomplete."""
   if not all(p.exists() for p in paths.values()):
     return None, False
@@ -115,7 +136,7 @@ def _network_ok() -> bool:
   return bool(ok)
 
 
-def _read_split(tfds, ident: str, split: str, data_dir: Optional[str],
+def _read_split(tfds, ident: str, split: str, data_dir: str | None,
                 download: bool) -> tuple[np.ndarray, np.ndarray]:
   try:
     source = tfds.data_source(ident, split=split, data_dir=data_dir, download=download)
@@ -129,7 +150,7 @@ def _read_split(tfds, ident: str, split: str, data_dir: Optional[str],
   return x, y
 
 
-def _convert(name: str, spec: ImageSpec, data_dir: Optional[str],
+def _convert(name: str, spec: ImageSpec, data_dir: str | None,
              cache_desc: str) -> dict[str, np.ndarray]:
   import tensorflow_datasets as tfds  # slow-ish, and only needed to build the cache
 
@@ -155,8 +176,8 @@ def _convert(name: str, spec: ImageSpec, data_dir: Optional[str],
   return a
 
 
-def load_arrays(name: str, data_dir: Optional[str] = None,
-                cache_dir: Optional[str] = None) -> dict:
+def load_arrays(name: str, data_dir: str | None = None,
+                cache_dir: str | None = None) -> dict:
   """train_x, train_y, test_x, test_y (uint8 NHWC images, int32 labels) and num_classes."""
   spec = _spec(name)
   paths = _cache_paths(resolve_cache_dir(cache_dir), name, spec)
@@ -167,7 +188,8 @@ def load_arrays(name: str, data_dir: Optional[str] = None,
       for p in paths.values():
         p.unlink(missing_ok=True)
       cache_desc += " (a corrupt cache there was removed)"
-    arrays = _convert(name, spec, resolve_data_dir(data_dir), cache_desc)
+    convert = image_folder.convert if spec.source == "folder" else _convert
+    arrays = convert(name, spec, resolve_data_dir(data_dir), cache_desc)
     for k, p in paths.items():
       _save_atomic(p, arrays[k])
   return {**arrays, "num_classes": spec.num_classes}

@@ -1,7 +1,14 @@
-"""Participation schemes: each gives a boolean mask over all clients per round."""
+"""Participation schemes: who is active in round t, as a boolean mask over all clients.
+
+A scheme is a pure state machine, ``init(key) -> state`` and
+``step(key, t, state) -> (mask, state)``, so stateful availability (a Markov chain
+per client) fits the same mould as a fresh draw per round; stateless schemes keep
+``()``. ``probs(t)`` gives the marginal probabilities p_i^t where they are known:
+the oracle that known-probability FedAvg is allowed to read.
+"""
 
 import math
-from typing import Callable, NamedTuple
+from typing import Any, Callable, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -12,15 +19,41 @@ from fedjax_bench.errors import UsageError
 PARTICIPATIONS = ("uniform", "full", "bernoulli")
 
 
+def _no_state(key):
+  del key
+  return ()
+
+
 class Participation(NamedTuple):
   num_clients: int
   cap: int  # static cohort size: at most this many clients train in a round
-  sample: Callable[[jax.Array, jax.Array], jax.Array]  # (key, t) -> [num_clients] bool
+  step: Callable[[jax.Array, jax.Array, Any], tuple[jax.Array, Any]]  # (key, t, state)
+  init: Callable[[jax.Array], Any] = _no_state
+  probs: Optional[Callable[[jax.Array], jax.Array]] = None  # t -> [num_clients] p_i^t
+
+  def sample(self, key, t, state=()):
+    """The mask alone (for stateless schemes and tests)."""
+    return self.step(key, t, state)[0]
+
+
+def stateless(num_clients: int, cap: int, sample: Callable[[jax.Array, jax.Array], jax.Array],
+              probs: Optional[Callable[[jax.Array], jax.Array]] = None) -> Participation:
+  """A scheme that draws a fresh mask each round: ``sample(key, t) -> mask``."""
+  return Participation(num_clients, cap, lambda key, t, state: (sample(key, t), state),
+                       _no_state, probs)
+
+
+def cap_for(probs: np.ndarray) -> int:
+  """Mean plus 7 standard deviations of the active count: more than this many
+  independent Bernoulli successes happen with probability below 1e-11 per round."""
+  probs = np.asarray(probs, np.float64)
+  mean, var = float(probs.sum()), float((probs * (1 - probs)).sum())
+  return min(probs.shape[0], max(1, math.ceil(mean + 7 * math.sqrt(var) + 1)))
 
 
 def full(num_clients: int) -> Participation:
-  return Participation(num_clients, num_clients,
-                       lambda key, t: jnp.ones(num_clients, bool))
+  return stateless(num_clients, num_clients, lambda key, t: jnp.ones(num_clients, bool),
+                   lambda t: jnp.ones(num_clients, jnp.float32))
 
 
 def uniform(num_clients: int, clients_per_round: int) -> Participation:
@@ -33,25 +66,26 @@ def uniform(num_clients: int, clients_per_round: int) -> Participation:
     _, chosen = jax.lax.top_k(jax.random.uniform(key, (num_clients,)), clients_per_round)
     return jnp.zeros(num_clients, bool).at[chosen].set(True)
 
-  return Participation(num_clients, clients_per_round, sample)
+  rate = clients_per_round / num_clients
+  return stateless(num_clients, clients_per_round, sample,
+                   lambda t: jnp.full(num_clients, rate, jnp.float32))
 
 
 def bernoulli(probs, cap: int | None = None) -> Participation:
   """Client i is active with probability probs[i], independently.
 
-  The default cap is the mean count plus 7 standard deviations, which more than
-  ``cap`` active clients exceed with probability below 1e-11 per round; the
-  excess would not train (the engine reports ``dropped_clients``).
+  The default cap is `cap_for(probs)`; the excess over a cap would not train (the
+  engine reports ``dropped_clients``).
   """
   probs = np.asarray(probs, np.float32)
   if probs.ndim != 1 or np.any(probs < 0) or np.any(probs > 1):
     raise UsageError("participation probabilities must be a vector in [0, 1]")
   n = probs.shape[0]
   if cap is None or cap <= 0:
-    mean, var = float(probs.sum()), float((probs * (1 - probs)).sum())
-    cap = min(n, max(1, math.ceil(mean + 7 * math.sqrt(var) + 1)))
+    cap = cap_for(probs)
   p = jnp.asarray(probs)
-  return Participation(n, min(cap, n), lambda key, t: jax.random.uniform(key, (n,)) < p)
+  return stateless(n, min(cap, n), lambda key, t: jax.random.uniform(key, (n,)) < p,
+                   lambda t: p)
 
 
 def make(name: str, num_clients: int, *, clients_per_round: int = 10,

@@ -1,11 +1,12 @@
-"""The world an algorithm is built against: who participates, how much each client computes."""
+"""The world an algorithm is built against: who is available, how much each client computes."""
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fedjax_bench.core import keys
 from fedjax_bench.errors import UsageError
 from fedjax_bench.sim.participation import Participation
 
@@ -18,6 +19,20 @@ class World(NamedTuple):
   @property
   def num_clients(self) -> int:
     return self.participation.num_clients
+
+  def init_state(self, key: jax.Array) -> Any:
+    """The world's own state (a Markov chain's current states, say); () for most."""
+    return self.participation.init(keys.for_purpose(key, "availability"))
+
+  def observe(self, key: jax.Array, t: jax.Array, state: Any) -> tuple[jax.Array, Any]:
+    """Round t's availability mask from the round key; every algorithm sees the same one."""
+    return self.participation.step(keys.for_purpose(key, "participation"), t, state)
+
+  def probs(self, t: jax.Array) -> jax.Array:
+    """The true p_i^t, for oracle baselines; an error where the scheme has none."""
+    if self.participation.probs is None:
+      raise UsageError("this participation scheme has no known probabilities")
+    return self.participation.probs(t)
 
 
 def client_steps(counts: np.ndarray, *, local_steps: int, local_epochs: float,

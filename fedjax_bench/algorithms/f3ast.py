@@ -1,0 +1,64 @@
+"""F3AST (Ribero, Vikalo & de Veciana, 2022), RECONSTRUCTED (spec 000 §2.6, A6).
+
+F3AST is not in the FedAWE authors' code; this follows its TFF reference code with the
+spec's choices for what the FedAWE paper leaves open. The server tracks r_k, a running
+estimate of each client's selection rate, and up-weights the rarely selected:
+
+  S_t = A_t, or with a budget K the K available clients of smallest r (ties: lower id)
+  r_{t+1} = (1 - beta) r_t + beta * 1{k in S_t}
+  literal:  x += eta_g * (1/|S_t|) sum_{k in S_t} (1/m) / r_{t+1,k} * Delta_k,  r_0 = 1/m
+  selfnorm: x += eta_g * sum_{k in S_t} (1/r_k) / (sum_{j in S_t} 1/r_j) * Delta_k,  r_0 = 1
+  unbiased: x += eta_g * (1/m) sum_{k in S_t} Delta_k / r_{t+1,k},  r_0 = 1/m
+"""
+
+import jax
+import jax.numpy as jnp
+
+from fedjax_bench.core import aggregate, cohort as cohort_lib, rounds
+from fedjax_bench.core.types import FederatedAlgorithm
+from fedjax_bench.errors import UsageError
+from fedjax_bench.sim.world import World
+
+VARIANTS = ("literal", "selfnorm", "unbiased")
+
+
+def select(mask: jax.Array, rates: jax.Array, budget: int) -> jax.Array:
+  """The `budget` available clients with the smallest rate (all of them if budget is 0)."""
+  if budget <= 0 or budget >= mask.shape[0]:
+    return mask
+  score = jnp.where(mask, -rates, -jnp.inf)
+  _, chosen = jax.lax.top_k(score, budget)  # top_k breaks ties toward the lower index
+  return jnp.zeros_like(mask).at[chosen].set(True) & mask
+
+
+def build(task, world: World, hp: dict) -> FederatedAlgorithm:
+  sopt = rounds.server_optimizer(hp)
+  m = world.num_clients
+  beta = hp.get("f3ast_beta", 1e-3)
+  variant = hp.get("f3ast_variant", "literal")
+  budget = rounds.static_int(hp, "f3ast_budget", 0)
+  if variant not in VARIANTS:
+    raise UsageError(f"unknown --f3ast_variant={variant!r}; valid: {', '.join(VARIANTS)}")
+  cap = world.participation.cap if budget <= 0 else min(budget, world.participation.cap)
+  r0 = 1.0 if variant == "selfnorm" else 1.0 / m
+
+  def init(key):
+    return rounds.init_server(task, world, sopt, key), jnp.full(m, r0, jnp.float32)
+
+  def round_fn(server, rates, key):
+    mask, world_state = world.observe(key, server.round, server.world)
+    selected = select(mask, rates, budget)
+    c = cohort_lib.from_mask(selected, cap)
+    deltas, losses = rounds.train(task, world, hp, server.params, c, key, server.round)
+    rates = (1 - beta) * rates + beta * rounds.participated(c, m).astype(jnp.float32)
+    inv = jnp.where(c.valid, 1.0 / rates[c.ids], 0.0)
+    if variant == "literal":
+      delta = aggregate.scaled_sum(deltas, inv / m, jnp.maximum(jnp.sum(c.valid), 1))
+    elif variant == "selfnorm":
+      delta = aggregate.weighted_mean(deltas, inv)
+    else:
+      delta = aggregate.scaled_sum(deltas, inv, m)
+    server = rounds.apply_update(sopt, server, delta, world_state, skip=~jnp.any(c.valid))
+    return server, rates, rounds.metrics(mask, c, losses)
+
+  return FederatedAlgorithm(init, round_fn)

@@ -1,0 +1,65 @@
+"""FedAU (Wang & Ji, ICLR 2024) as in the FedAWE paper (spec 000 §2.5).
+
+Each client keeps O(1) state: n_i, its current run of unavailable rounds, and the sum
+S_i and count M_i of its recorded participation intervals. omega_i = S_i / M_i (1
+before any record) estimates 1 / p_i online; an absence of K rounds is recorded as
+an interval of length K so omega stays bounded.
+
+  for i in A_t:      contribution_i = omega_i * Delta_i   (omega from earlier intervals)
+                     record the interval n_i + 1; n_i = 0
+  for i not in A_t:  n_i += 1; if n_i >= K: record n_i; n_i = 0
+  x_{t+1} = x_t + eta_g * (1/m) * sum_{i in A_t} contribution_i
+"""
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from fedjax_bench.core import aggregate, rounds
+from fedjax_bench.core.types import FederatedAlgorithm
+from fedjax_bench.errors import UsageError
+
+
+class Intervals(NamedTuple):
+  absent: jax.Array     # [m] int32 n_i
+  total: jax.Array      # [m] float32 S_i
+  recorded: jax.Array   # [m] int32 M_i
+
+
+def weights(s: Intervals) -> jax.Array:
+  return jnp.where(s.recorded > 0, s.total / jnp.maximum(s.recorded, 1), 1.0)
+
+
+def record(s: Intervals, active: jax.Array, cutoff: int) -> Intervals:
+  """One round of interval bookkeeping for all clients."""
+  absent = jnp.where(active, 0, s.absent + 1)
+  ends = active | (absent >= cutoff)
+  length = jnp.where(active, s.absent + 1, absent)
+  return Intervals(jnp.where(ends, 0, absent),
+                   s.total + jnp.where(ends, length, 0).astype(jnp.float32),
+                   s.recorded + ends.astype(jnp.int32))
+
+
+def build(task, world, hp: dict) -> FederatedAlgorithm:
+  sopt = rounds.server_optimizer(hp)
+  m = world.num_clients
+  cutoff = rounds.static_int(hp, "fedau_k", 50)
+  if cutoff < 1:
+    raise UsageError(f"--fedau_k={cutoff} must be at least 1")
+
+  def init(key):
+    zeros = jnp.zeros(m, jnp.int32)
+    return rounds.init_server(task, world, sopt, key), Intervals(zeros, jnp.zeros(m), zeros)
+
+  def round_fn(server, clients: Intervals, key):
+    mask, c, world_state = rounds.observe(world, server, key)
+    deltas, losses = rounds.train(task, world, hp, server.params, c, key, server.round)
+    omega = weights(clients)[c.ids]
+    delta = aggregate.scaled_sum(deltas, jnp.where(c.valid, omega, 0.0), m)
+    server = rounds.apply_update(sopt, server, delta, world_state, skip=~jnp.any(c.valid))
+    clients = record(clients, rounds.participated(c, m), cutoff)
+    return server, clients, {**rounds.metrics(mask, c, losses),
+                             "mean_omega": jnp.mean(weights(clients))}
+
+  return FederatedAlgorithm(init, round_fn)

@@ -1,0 +1,30 @@
+"""FedAvg over all clients (FedAWE paper §7; spec 000 §2.3): unavailable clients count as
+zero updates.
+
+  x_{t+1} = x_t + eta_g * (1/m) * sum_{i in A_t} Delta_i
+
+The step shrinks by |A_t| / m; in the small-step limit it converges to the minimiser
+of sum_i p_i F_i / sum_j p_j (Wang & Ji's biased objective), not of the mean F.
+"""
+
+import jax.numpy as jnp
+
+from fedjax_bench.core import aggregate, rounds
+from fedjax_bench.core.types import FederatedAlgorithm
+
+
+def build(task, world, hp: dict) -> FederatedAlgorithm:
+  sopt = rounds.server_optimizer(hp)
+  m = world.num_clients
+
+  def init(key):
+    return rounds.init_server(task, world, sopt, key), ()
+
+  def round_fn(server, clients, key):
+    mask, c, world_state = rounds.observe(world, server, key)
+    deltas, losses = rounds.train(task, world, hp, server.params, c, key, server.round)
+    delta = aggregate.scaled_sum(deltas, c.valid.astype(jnp.float32), m)
+    server = rounds.apply_update(sopt, server, delta, world_state, skip=~jnp.any(c.valid))
+    return server, clients, rounds.metrics(mask, c, losses)
+
+  return FederatedAlgorithm(init, round_fn)

@@ -1,0 +1,53 @@
+"""MIFA (Gu et al., NeurIPS 2021) as in the FedAWE paper's code (spec 000 §2.7).
+
+The server remembers U_i, the latest update of every client (0 before its first), and
+steps with the mean over ALL clients every round, even one where nobody is available:
+
+  for i in A_t: U_i = Delta_i        (Delta_i trained from the current x_t)
+  x_{t+1} = x_t + eta_g * (1/m) sum_{i=1..m} U_i
+
+Memory: U is O(m d) floats. The mean Ubar is kept incrementally,
+Ubar += (1/m) sum_{i in A_t} (Delta_i - U_i^old), so a round costs O(|A_t| d), not O(m d).
+"""
+
+import jax
+import jax.numpy as jnp
+
+from fedjax_bench.core import aggregate, cohort as cohort_lib, rounds
+from fedjax_bench.core.types import FederatedAlgorithm
+
+
+def zeros_per_client(params, m: int):
+  return jax.tree.map(lambda a: jnp.zeros((m,) + a.shape, a.dtype), params)
+
+
+def refresh(memory, mean, c, deltas, m: int):
+  """Stores the cohort's new updates and moves the population mean accordingly."""
+  valid = c.valid.astype(jnp.float32)
+  change = jax.tree.map(jnp.subtract, deltas, cohort_lib.gather(memory, c))
+  mean = jax.tree.map(jnp.add, mean, aggregate.scaled_sum(change, valid, m))
+  return cohort_lib.scatter(memory, c, deltas), mean
+
+
+def init_with_memory(task, world, sopt, key):
+  """Server state whose aux is the memory's mean, and an all-zero memory [m, ...]."""
+  server = rounds.init_server(task, world, sopt, key)
+  zero = jax.tree.map(jnp.zeros_like, server.params)
+  return server._replace(aux=zero), zeros_per_client(server.params, world.num_clients)
+
+
+def build(task, world, hp: dict) -> FederatedAlgorithm:
+  sopt = rounds.server_optimizer(hp)
+  m = world.num_clients
+
+  def init(key):
+    return init_with_memory(task, world, sopt, key)
+
+  def round_fn(server, memory, key):
+    mask, c, world_state = rounds.observe(world, server, key)
+    deltas, losses = rounds.train(task, world, hp, server.params, c, key, server.round)
+    memory, mean = refresh(memory, server.aux, c, deltas, m)
+    server = rounds.apply_update(sopt, server, mean, world_state, skip=False, aux=mean)
+    return server, memory, rounds.metrics(mask, c, losses)
+
+  return FederatedAlgorithm(init, round_fn)

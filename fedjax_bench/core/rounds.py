@@ -1,0 +1,82 @@
+"""The mechanics every synchronous algorithm's round shares, so that each algorithm module
+reads like its paper: observe who is available, train the cohort, apply a server step.
+"""
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from fedjax_bench.core import cohort as cohort_lib, keys, local, schedules, server_opt
+from fedjax_bench.core.cohort import Cohort
+from fedjax_bench.errors import UsageError
+
+
+class ServerState(NamedTuple):
+  params: Any
+  opt_state: Any
+  round: jax.Array   # int32, the 0-based index of the next round
+  world: Any         # the participation scheme's state (() for stateless schemes)
+  aux: Any = ()      # an algorithm's own server-side state
+
+
+def static_int(hp: dict, name: str, default: int) -> int:
+  """A hyperparameter that shapes arrays or loops, so a grid cannot sweep it."""
+  value = hp.get(name, default)
+  if isinstance(value, jax.core.Tracer):
+    raise UsageError(f"{name} sets array shapes and cannot be swept in a grid; run one value "
+                     "per invocation")
+  return int(value)
+
+
+def server_optimizer(hp: dict) -> optax.GradientTransformation:
+  return server_opt.make(hp.get("server_opt", "sgd"), hp.get("server_lr", 1.0),
+                         **hp.get("server_opt_kwargs", {}))
+
+
+def init_server(task, world, sopt: optax.GradientTransformation, key, aux=()) -> ServerState:
+  params = task.init_params(keys.for_purpose(key, "init"))
+  return ServerState(params, sopt.init(params), jnp.zeros((), jnp.int32),
+                     world.init_state(key), aux)
+
+
+def observe(world, server: ServerState, key) -> tuple[jax.Array, Cohort, Any]:
+  """Round ``server.round``'s availability mask, its cohort slab, the new world state."""
+  mask, world_state = world.observe(key, server.round, server.world)
+  return mask, cohort_lib.from_mask(mask, world.participation.cap), world_state
+
+
+def train(task, world, hp: dict, start, c: Cohort, key, t, *, per_client_start=False,
+          loss_fn=None):
+  """Local SGD of cohort ``c`` at round t's client learning rate: (deltas, losses)."""
+  return local.train_cohort(
+      task, world, start, c.ids, key, opt=optax.sgd(schedules.client_lr(hp, t)),
+      batch_size=hp["batch_size"], sampling=hp.get("sampling", "shuffle"),
+      width=hp.get("client_width", -1), loss_fn=loss_fn, per_client_start=per_client_start)
+
+
+def apply_update(sopt: optax.GradientTransformation, server: ServerState, delta, world_state,
+                 *, skip, aux=None) -> ServerState:
+  """x <- server_opt(x, pseudo-gradient -delta) and the round advances; with ``skip``
+  (typically: nobody was available) params and optimizer state stay bitwise as they were."""
+  updates, opt_state = sopt.update(jax.tree.map(jnp.negative, delta), server.opt_state,
+                                   server.params)
+  params = optax.apply_updates(server.params, updates)
+  keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(skip, b, a), new, old)
+  return ServerState(keep(params, server.params), keep(opt_state, server.opt_state),
+                     server.round + 1, world_state, server.aux if aux is None else aux)
+
+
+def participated(c: Cohort, num_clients: int) -> jax.Array:
+  """[num_clients] bool: the clients that trained this round (the valid slab rows)."""
+  return cohort_lib.scatter(jnp.zeros(num_clients, bool), c, c.valid)
+
+
+def metrics(mask, c: Cohort, losses) -> dict:
+  valid = c.valid.astype(jnp.float32)
+  return {
+      "client_loss": jnp.sum(losses * valid) / jnp.maximum(jnp.sum(valid), 1.0),
+      "num_active": jnp.sum(valid),
+      "dropped_clients": (jnp.sum(mask) - jnp.sum(c.valid)).astype(jnp.float32),
+  }

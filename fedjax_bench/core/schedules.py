@@ -1,0 +1,24 @@
+"""Per-round client learning-rate schedules (t is the 0-based round, traced)."""
+
+import jax.numpy as jnp
+
+from fedjax_bench.errors import UsageError
+
+SCHEDULES = ("constant", "inv_sqrt")
+
+
+def check(name: str) -> None:
+  if name not in SCHEDULES:
+    raise UsageError(f"unknown --client_lr_schedule={name!r}; valid: {', '.join(SCHEDULES)}")
+
+
+def client_lr(hp: dict, t):
+  """constant: eta0; inv_sqrt: eta0 / sqrt(t / R + 1), R = client_lr_decay_rounds (FedAWE's
+  eta0 / sqrt(t/10 + 1) with the default R = 10)."""
+  eta0 = hp["client_lr"]
+  name = hp.get("client_lr_schedule", "constant")
+  check(name)
+  if name == "inv_sqrt":
+    decay = hp.get("client_lr_decay_rounds", 10)
+    return eta0 / jnp.sqrt(jnp.asarray(t, jnp.float32) / decay + 1.0)
+  return eta0
