@@ -20,6 +20,7 @@ paired differences, the §9.3 claims and whether they hold), a Markdown table an
 plot of the mean test-accuracy curves. Exit status 1 if a claim fails.
 """
 
+import json
 import os
 import sys
 import time
@@ -56,6 +57,8 @@ flags.DEFINE_enum("experiment", "toyfl", ["toyfl", "mnist"], "Which comparison."
 flags.DEFINE_list("dynamics", ["sine"], "Availability dynamics to run (comma list).")
 flags.DEFINE_list("algos", list(ALGOS), "Algorithms to compare.")
 flags.DEFINE_string("out", "results/fedawe", "Where the tables, JSON and plots go.")
+flags.DEFINE_bool("render_only", False, "Rebuild the tables, claims and plots from the JSON "
+                  "files of an earlier run instead of running.")
 flags.DEFINE_bool("shared_data", False, "One dataset for all seeds (seeds vmapped in one "
                   "program) instead of regenerating it per seed.")
 FLAGS = flags.FLAGS
@@ -198,7 +201,7 @@ def main(argv) -> int:
   for name in ("toyfl_phi", "availability_phi"):
     if FLAGS[name].present:
       base["availability_phi"] = FLAGS.availability_phi
-  for name in ("rounds", "client_width"):
+  for name in ("rounds", "client_width", "fedawe_clip", "client_lr"):
     if FLAGS[name].present:
       base[name] = FLAGS[name].value
   seeds = cli.parse_seeds(FLAGS.seeds if FLAGS["seeds"].present else "0,1,2")
@@ -207,18 +210,23 @@ def main(argv) -> int:
   for dyn in FLAGS.dynamics:
     print(f"{FLAGS.experiment} phi={base['availability_phi']} {dyn}: seeds {seeds}", flush=True)
     t0 = time.perf_counter()
-    res = run_comparison(base, dyn, seeds, FLAGS.algos, shared_data=FLAGS.shared_data)
-    full = set(ALGOS) <= set(res)
+    stem = os.path.join(FLAGS.out, f"{FLAGS.experiment}_{base['availability_phi']}_{dyn}")
+    if FLAGS.render_only:
+      old = json.load(open(stem + ".json"))
+      res, seeds, seconds, env = (old["results"], old["seeds"], old["seconds"],
+                                  old["environment"])
+    else:
+      res = run_comparison(base, dyn, seeds, FLAGS.algos, shared_data=FLAGS.shared_data)
+      seconds, env = time.perf_counter() - t0, results.environment_info()
     claims = []
-    if full:
+    if set(ALGOS) <= set(res):
       stress = base["availability_phi"] == "stress"
       claims = claims_toyfl(res) if stress else claims_weak(res)
-    stem = os.path.join(FLAGS.out, f"{FLAGS.experiment}_{base['availability_phi']}_{dyn}")
     record = {"experiment": FLAGS.experiment, "dynamics": dyn, "seeds": seeds,
               "config": {k: base[k] for k in sorted(TOYFL)}, "results": res,
               "rounds_to_targets": rounds_to_targets(res),
-              "claims": claims, "seconds": time.perf_counter() - t0,
-              "environment": results.environment_info()}
+              "claims": claims, "seconds": seconds,
+              "environment": env}
     results.atomic_write_json(stem + ".json", record)
     md = [f"# {FLAGS.experiment}, phi={base['availability_phi']}, {dyn} (seeds {seeds})", "",
           "Test accuracy (%), mean of the evaluations in the last 50 rounds.", "",
@@ -231,8 +239,8 @@ def main(argv) -> int:
     plot(stem + ".png", res, f"{FLAGS.experiment}, phi={base['availability_phi']}, {dyn}")
     for c in claims:
       print(f"  {'PASS' if c['holds'] else 'FAIL'}  {c['claim']}: {c['measured']}")
-    failed += sum(not c["holds"] for c in claims)
     print(f"  wrote {stem}.{{json,md,png}} ({time.perf_counter() - t0:.0f}s)", flush=True)
+    failed += sum(not c["holds"] for c in claims)
   return 1 if failed else 0
 
 

@@ -16,7 +16,7 @@ logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)  # no "no TPU
 
 from fedjax_bench import algorithms, data, models, results
 from fedjax_bench.algorithms import f3ast, fedavg, fedawe
-from fedjax_bench.core import local, schedules, server_opt
+from fedjax_bench.core import compression, local, schedules, server_opt
 from fedjax_bench.sim import availability, participation
 from fedjax_bench.errors import UsageError
 
@@ -116,6 +116,36 @@ flags.DEFINE_enum("f3ast_variant", "literal", list(f3ast.VARIANTS), "f3ast aggre
                   "(reconstructed; BUILD_NOTES.md).", module_name=_MODULE)
 flags.DEFINE_integer("f3ast_budget", 0, "f3ast: train only this many available clients, the "
                      "least selected so far (0: all available).", module_name=_MODULE)
+flags.DEFINE_enum("compressor", "identity", list(compression.COMPRESSORS), "fedsgd/fedams/"
+                  "fedef_*: uplink compressor, per parameter tensor (Fed-EF spec §3).",
+                  module_name=_MODULE)
+flags.DEFINE_float("compress_k", 0.01, "Fraction kept by topk/hvsign/randk: "
+                   "max(1, floor(k d_i)) entries of each tensor.", module_name=_MODULE)
+flags.DEFINE_integer("stoc_bits", 4, "Bits per coordinate of --compressor=stoc (QSGD).",
+                     module_name=_MODULE)
+flags.DEFINE_enum("stoc_norm", "layer", list(compression.STOC_NORMS), "stoc: one norm per "
+                  "tensor or one for the whole model.", module_name=_MODULE)
+flags.DEFINE_enum("hvsign_scaling", "support", list(compression.HVSIGN_SCALINGS), "hvsign: "
+                  "scale by mean |x| over the kept entries, or ||x_S||_1 / d_i.",
+                  module_name=_MODULE)
+flags.DEFINE_bool("count_indices", False, "Count index bits of sparse messages (the paper "
+                  "does not).", module_name=_MODULE)
+flags.DEFINE_bool("error_feedback", True, "fedsgd/fedams: keep each client's compression "
+                  "error and add it back next time (false: direct compression).",
+                  module_name=_MODULE)
+flags.DEFINE_integer("ef_restart_after", 0, "Error restarting: zero a client's error last "
+                     "updated more than S rounds ago (0: off).", module_name=_MODULE)
+flags.DEFINE_integer("ef_restart_from", 0, "Error restarting starts at this round.",
+                     module_name=_MODULE)
+flags.DEFINE_enum("down_compressor", "none", ["none", *compression.COMPRESSORS], "Two-way "
+                  "compression: the server's compressor, with server-side error feedback.",
+                  module_name=_MODULE)
+flags.DEFINE_float("down_compress_k", 0.01, "--compress_k of the downlink compressor.",
+                   module_name=_MODULE)
+flags.DEFINE_integer("down_stoc_bits", 4, "--stoc_bits of the downlink compressor.",
+                     module_name=_MODULE)
+flags.DEFINE_bool("eval_grad_norm", False, "Evaluations also report grad_norm_sq, the "
+                  "squared norm of the full-batch training gradient.", module_name=_MODULE)
 flags.DEFINE_integer("client_width", -1, "Clients trained at once (vmapped) per step of a loop "
                      "over the cohort: 0 = the whole cohort, -1 = auto (4 on CPU, 0 on "
                      "GPU/TPU). Changes speed, not results.", module_name=_MODULE)
@@ -152,6 +182,12 @@ flags.register_validator("local_epochs", lambda v: v >= 0, "--local_epochs must 
 flags.register_validator("client_width", lambda v: v >= -1, "--client_width must be >= -1")
 flags.register_validator("fedawe_clip", lambda v: v >= 0, "--fedawe_clip must be >= 0")
 flags.register_validator("f3ast_budget", lambda v: v >= 0, "--f3ast_budget must be >= 0")
+for _name in ("compress_k", "down_compress_k"):
+  flags.register_validator(_name, lambda v: 0 < v <= 1, f"--{_name} must be in (0, 1]")
+for _name in ("stoc_bits", "down_stoc_bits"):
+  flags.register_validator(_name, lambda v: v >= 1, f"--{_name} must be >= 1")
+for _name in ("ef_restart_after", "ef_restart_from"):
+  flags.register_validator(_name, lambda v: v >= 0, f"--{_name} must be >= 0")
 flags.register_validator("final_window", lambda v: v >= 0, "--final_window must be >= 0")
 flags.register_multi_flags_validator(
     ["participation", "clients_per_round", "num_clients"],

@@ -47,6 +47,12 @@ def _grid_arrays(grid: list[dict], num_seeds: int) -> dict:
           for k in names}
 
 
+def _reduce_block(name: str, values: jax.Array) -> jax.Array:
+  """A block reports the mean of a per-round metric, but the last value of a cumulative
+  one (named ``cum_*``, e.g. bits sent so far)."""
+  return values[-1] if name.startswith("cum_") else jnp.mean(values)
+
+
 def over_runs(fn: Callable, sharding: NamedSharding) -> Callable:
   """Maps `fn` over the leading run axis, each device mapping its own runs.
 
@@ -116,7 +122,7 @@ def run(build: Builder, task: Task, hparams: dict, *, seeds: list[int], rounds: 
       return (server, clients, t + 1), metrics
 
     state, metrics = jax.lax.scan(step, state, None, length=length)
-    return state, jax.tree.map(jnp.mean, metrics)
+    return state, {k: _reduce_block(k, v) for k, v in metrics.items()}
 
   def eval_one(hp_run, state):
     server, clients, _ = state

@@ -21,7 +21,10 @@ from fedjax_bench.sim import world as world_lib
 # Config keys copied into the algorithm's hyperparameters under the same name.
 HPARAM_KEYS = ("client_lr", "server_lr", "batch_size", "sampling", "weighting", "server_opt",
                "client_width", "client_lr_schedule", "client_lr_decay_rounds", "fedawe_clip",
-               "fedawe_eval", "fedau_k", "f3ast_beta", "f3ast_variant", "f3ast_budget")
+               "fedawe_eval", "fedau_k", "f3ast_beta", "f3ast_variant", "f3ast_budget",
+               "compressor", "compress_k", "stoc_bits", "stoc_norm", "hvsign_scaling",
+               "count_indices", "error_feedback", "ef_restart_after", "ef_restart_from",
+               "down_compressor", "down_compress_k", "down_stoc_bits")
 
 
 @dataclasses.dataclass
@@ -94,7 +97,8 @@ def setup(cfg: dict, *, dataset: Dataset | None = None,
                       normalize=dataset.normalize, zero_init=cfg.get("zero_init", False))
   task = make_task(dataset, model, train_eval_examples=cfg["train_eval_examples"],
                    augment=cfg.get("augment", True),
-                   augment_batchwise=cfg.get("batchwise_augmentation", False))
+                   augment_batchwise=cfg.get("batchwise_augmentation", False),
+                   eval_grad_norm=cfg.get("eval_grad_norm", False))
   part = make_participation(cfg, dataset, participation_given)
   steps = world_lib.client_steps(dataset.train.counts, local_steps=cfg["local_steps"],
                                  local_epochs=cfg["local_epochs"], batch_size=cfg["batch_size"])

@@ -21,9 +21,9 @@ def _run(args, tmp_path, env=None, timeout=600):
 
 
 @pytest.mark.parametrize("args,message", [
-    (["--algo=fedbogus"], "--algo=fedbogus: value should be one of <f3ast|fedau|fedavg|fedavg_all|fedavg_known|fedawe|fedvarp|mifa>"),
-    (["--dataset=imagenet"], "value should be one of <synthetic|mnist|toyfl|svhn|cifar10|cinic10>"),
-    (["--model=resnet9000"], "value should be one of <logreg|mlp|cnn|cnn_svhn|cnn_cifar10|cnn_cinic10>"),
+    (["--algo=fedbogus"], "--algo=fedbogus: value should be one of <f3ast|fedams|fedau|fedavg|fedavg_all|fedavg_known|fedawe|fedef_ams|fedef_sgd|fedsgd|fedvarp|mifa>"),
+    (["--dataset=imagenet"], "value should be one of <synthetic|mnist|fmnist|toyfl|svhn|cifar10|cinic10>"),
+    (["--model=resnet9000"], "value should be one of <logreg|mlp|cnn|cnn_svhn|cnn_cifar10|cnn_cinic10|cnn_mnist>"),
     (["--partition=random"], "value should be one of <iid|dirichlet|shards>"),
     (["--server_opt=lion"], "sgd|momentum|adam|yogi|amsgrad"),
     (["--no_such_flag=1"], "Unknown command line flag 'no_such_flag'"),

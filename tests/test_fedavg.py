@@ -130,3 +130,18 @@ def test_unknown_weighting_is_a_usage_error():
   task, world = toy_setup()
   with pytest.raises(UsageError, match="uniform, data_size"):
     fedavg.build(task, world, dict(client_lr=0.1, batch_size=4, weighting="bogus"))
+
+
+def test_amsgrad_is_the_papers_form_without_bias_correction():
+  """Fed-EF spec §2.3: no bias correction, eps inside the square root; hand recursion."""
+  from fedjax_bench.core import server_opt
+  opt = server_opt.make("amsgrad", 0.5, b1=0.9, b2=0.999, eps=1e-8)
+  x = {"w": jnp.array([1.0, -2.0])}
+  state = opt.init(x)
+  m = v = vh = np.zeros(2)
+  for g in ([0.3, -1.0], [-0.1, 0.2], [2.0, 0.0]):
+    g = np.array(g)
+    m, v = 0.9 * m + 0.1 * g, 0.999 * v + 0.001 * g * g
+    vh = np.maximum(vh, v)
+    upd, state = opt.update({"w": jnp.asarray(g, jnp.float32)}, state)
+    np.testing.assert_allclose(upd["w"], -0.5 * m / np.sqrt(vh + 1e-8), rtol=1e-5)

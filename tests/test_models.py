@@ -19,6 +19,8 @@ from fedjax_bench.sim import world as world_lib
     ("mlp", 784 * 200 + 200 + 200 * 200 + 200 + 200 * 10 + 10),   # 199,210
     # conv 5x5x1x32, conv 5x5x32x64, dense 7*7*64 -> 512, dense 512 -> 10
     ("cnn", 5 * 5 * 32 + 32 + 5 * 5 * 32 * 64 + 64 + 3136 * 512 + 512 + 512 * 10 + 10),
+    # Fed-EF spec §4.3: 3x3 VALID convs 1->32->64, pool, dense 12*12*64 -> 128 -> 10
+    ("cnn_mnist", 1_199_882),
 ])
 def test_shapes_and_parameter_counts(name, params):
   model = models.make(name, num_classes=10, is_image=True)
@@ -158,3 +160,17 @@ def test_zero_init_logreg_and_bad_options():
     models.make("cnn_svhn", num_classes=10, is_image=True, zero_init=True)
   with pytest.raises(UsageError, match="normalize"):
     models.make("cnn_svhn", num_classes=10, is_image=True, normalize=((0.5,), (0.0,)))
+
+
+def test_mnist_cnn_uses_pytorch_default_init_and_dropout_only_in_training():
+  model = models.make("cnn_mnist", num_classes=10, is_image=True)
+  x = jnp.ones((4, 28, 28, 1))
+  p = model.init(jax.random.PRNGKey(0), x)["params"]
+  for name, fan_in in (("Conv_0", 9), ("Conv_1", 288), ("DenseOI_0", 9216), ("DenseOI_1", 128)):
+    for leaf in p[name].values():
+      bound = 1 / np.sqrt(fan_in)
+      assert float(jnp.max(jnp.abs(leaf))) <= bound and float(jnp.std(leaf)) > 0.45 * bound
+  ev = model.apply({"params": p}, x)
+  assert jnp.array_equal(ev, model.apply({"params": p}, x))
+  tr = model.apply({"params": p}, x, train=True, rngs={"dropout": jax.random.PRNGKey(1)})
+  assert not jnp.allclose(ev, tr)

@@ -1,6 +1,6 @@
 """Algorithms by name: each module has ``build(task, world, hparams) -> FederatedAlgorithm``."""
 
-from fedjax_bench.algorithms import (f3ast, fedau, fedavg, fedavg_all, fedavg_known, fedawe,
+from fedjax_bench.algorithms import (f3ast, fedau, fedavg, fedavg_all, fedavg_known, fedawe, fedef,
                                      fedvarp, mifa)
 from fedjax_bench.errors import UsageError
 
@@ -13,6 +13,10 @@ ALGORITHMS = {
     "fedawe": fedawe,
     "mifa": mifa,
     "fedvarp": fedvarp,
+    "fedsgd": fedef.fedsgd,
+    "fedams": fedef.fedams,
+    "fedef_sgd": fedef.fedef_sgd,
+    "fedef_ams": fedef.fedef_ams,
 }
 
 

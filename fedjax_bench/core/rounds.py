@@ -23,11 +23,20 @@ class ServerState(NamedTuple):
 
 def static_int(hp: dict, name: str, default: int) -> int:
   """A hyperparameter that shapes arrays or loops, so a grid cannot sweep it."""
+  return int(_static(hp, name, default))
+
+
+def static_float(hp: dict, name: str, default: float) -> float:
+  """A float hyperparameter that shapes arrays (a TopK fraction), so a grid cannot sweep it."""
+  return float(_static(hp, name, default))
+
+
+def _static(hp: dict, name: str, default):
   value = hp.get(name, default)
   if isinstance(value, jax.core.Tracer):
     raise UsageError(f"{name} sets array shapes and cannot be swept in a grid; run one value "
                      "per invocation")
-  return int(value)
+  return value
 
 
 def server_optimizer(hp: dict) -> optax.GradientTransformation:

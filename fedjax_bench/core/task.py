@@ -33,6 +33,7 @@ class Task:
   eval_chunk: int = 2048
   augmentation: str = "none"        # training-time image augmentation (data/augment.py)
   augment_batchwise: bool = False   # one crop/flip per minibatch, as the FedAWE code does
+  eval_grad_norm: bool = False      # evaluate also reports grad_norm_sq (a backward pass)
 
   @property
   def num_clients(self) -> int:
@@ -73,7 +74,27 @@ class Task:
   def evaluate(self, params) -> dict:
     test_loss, test_acc = _mean_loss_and_accuracy(self, params, self.test_x, self.test_y)
     train_loss, _ = _mean_loss_and_accuracy(self, params, self.train_eval_x, self.train_eval_y)
-    return {"test_accuracy": test_acc, "test_loss": test_loss, "train_loss": train_loss}
+    out = {"test_accuracy": test_acc, "test_loss": test_loss, "train_loss": train_loss}
+    if self.eval_grad_norm:
+      out["grad_norm_sq"] = self.grad_norm_sq(params)
+    return out
+
+  def grad_norm_sq(self, params) -> jax.Array:
+    """||grad f(params)||^2, f the mean loss over the scored training examples (the
+    Fed-EF paper's full-batch gradient norm; all of them with --train_eval_examples=0)."""
+    n = self.train_eval_x.shape[0]
+
+    def chunk_sum(p, batch):
+      xb, yb, wb = batch
+      return jnp.sum(wb * self.pointwise_loss(self.logits(p, xb), yb))
+
+    def add(total, batch):
+      g = jax.grad(chunk_sum)(params, batch)
+      return jax.tree.map(jnp.add, total, g), None
+
+    zero = jax.tree.map(jnp.zeros_like, params)
+    total, _ = jax.lax.scan(add, zero, _chunked(self, self.train_eval_x, self.train_eval_y))
+    return sum(jnp.sum(jnp.square(g / n)) for g in jax.tree.leaves(total))
 
 
 def _has_train_mode(model: nn.Module) -> bool:
@@ -81,8 +102,9 @@ def _has_train_mode(model: nn.Module) -> bool:
   return "train" in inspect.signature(type(model).__call__).parameters
 
 
-def _mean_loss_and_accuracy(task: Task, params, x, y):
-  """Scores x in chunks of ``eval_chunk`` examples to bound memory."""
+def _chunked(task: Task, x, y):
+  """(x, y, weights) zero-padded to whole chunks of ``eval_chunk`` and reshaped
+  [chunks, chunk, ...]; padding rows weigh 0."""
   n = x.shape[0]
   chunk = min(task.eval_chunk, n)
   pad = (-n) % chunk
@@ -90,6 +112,12 @@ def _mean_loss_and_accuracy(task: Task, params, x, y):
   xp = jnp.concatenate([x, jnp.zeros((pad,) + x.shape[1:], x.dtype)])
   yp = jnp.concatenate([y, jnp.zeros(pad, y.dtype)])
   shape = lambda a: a.reshape((-1, chunk) + a.shape[1:])
+  return shape(xp), shape(yp), shape(w)
+
+
+def _mean_loss_and_accuracy(task: Task, params, x, y):
+  """Scores x in chunks of ``eval_chunk`` examples to bound memory."""
+  n = x.shape[0]
 
   def one(batch):
     xb, yb, wb = batch
@@ -98,13 +126,14 @@ def _mean_loss_and_accuracy(task: Task, params, x, y):
                else jnp.full(yb.shape, jnp.nan))
     return jnp.sum(wb * task.pointwise_loss(outputs, yb)), jnp.sum(wb * correct)
 
-  loss_sum, correct = jax.lax.map(one, (shape(xp), shape(yp), shape(w)))
+  loss_sum, correct = jax.lax.map(one, _chunked(task, x, y))
   return jnp.sum(loss_sum) / n, jnp.sum(correct) / n
 
 
 def make_task(dataset: Dataset, model: nn.Module, *, train_eval_examples: int = 10000,
               eval_seed: int = 0, loss_type: str = "cross_entropy",
-              augment: bool = True, augment_batchwise: bool = False) -> Task:
+              augment: bool = True, augment_batchwise: bool = False,
+              eval_grad_norm: bool = False) -> Task:
   """``train_eval_examples`` > 0 scores `train_loss` on a fixed random subset of that size.
 
   With ``loss_type="squared_error"`` labels are float targets and accuracy is NaN.
@@ -127,4 +156,4 @@ def make_task(dataset: Dataset, model: nn.Module, *, train_eval_examples: int = 
       max_count=max(int(t.counts.max()), 1),
       loss_type=loss_type,
       augmentation=getattr(dataset, "augmentation", "none") if augment else "none",
-      augment_batchwise=augment_batchwise)
+      augment_batchwise=augment_batchwise, eval_grad_norm=eval_grad_norm)

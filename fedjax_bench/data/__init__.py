@@ -23,7 +23,7 @@ from fedjax_bench.data.tfds_data import load_arrays
 from fedjax_bench.data.toyfl import gaussian_mixture
 from fedjax_bench.errors import UsageError
 
-DATASETS = ("synthetic", "mnist", "toyfl", "svhn", "cifar10", "cinic10")
+DATASETS = ("synthetic", "mnist", "fmnist", "toyfl", "svhn", "cifar10", "cinic10")
 _SYNTHETIC_PARTITIONS = ("natural", "iid")
 DEFAULT_PARTITION = {"synthetic": "natural", "toyfl": "dirichlet"}  # others: iid
 

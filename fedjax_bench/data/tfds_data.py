@@ -45,6 +45,7 @@ class ImageSpec:
 # Candidate: "fmnist": ImageSpec("fashion_mnist", "3.0.1", (28, 28, 1), 10, 60000, 10000).
 SPECS: dict[str, ImageSpec] = {
     "mnist": ImageSpec("mnist", "3.0.1", (28, 28, 1), 10, 60000, 10000),
+    "fmnist": ImageSpec("fashion_mnist", "3.0.1", (28, 28, 1), 10, 60000, 10000),
     # The "extra" split (531,131 images) is not used, as in the paper.
     "svhn": ImageSpec(
         "svhn_cropped", "3.1.0", (32, 32, 3), 10, 73257, 26032,

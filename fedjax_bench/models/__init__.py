@@ -2,7 +2,7 @@
 
 Every model is called as ``model.apply(variables, x, train=False)`` on a batch of
 examples in their feature shape (images as float32 in [0, 1], NHWC). ``train=True``
-only matters for models with dropout (cnn_cinic10), which then need a "dropout" rng.
+only matters for models with dropout (cnn_cinic10, cnn_mnist), which then need a "dropout" rng.
 """
 
 from flax import linen as nn
@@ -11,9 +11,10 @@ from fedjax_bench.errors import UsageError
 from fedjax_bench.models import small_cnn
 from fedjax_bench.models.cnn import CNN
 from fedjax_bench.models.dense import MLP, LogReg
+from fedjax_bench.models.mnist_cnn import MnistCNN
 from fedjax_bench.models.preprocess import as_normalize
 
-MODELS = ("logreg", "mlp", "cnn") + tuple(small_cnn.CONFIGS)
+MODELS = ("logreg", "mlp", "cnn") + tuple(small_cnn.CONFIGS) + ("cnn_mnist",)
 
 
 def make(name: str, *, num_classes: int, is_image: bool,
@@ -34,6 +35,8 @@ def make(name: str, *, num_classes: int, is_image: bool,
                        "--model=logreg or --model=mlp")
     if name == "cnn":
       return CNN(num_classes, normalize=norm)
+    if name == "cnn_mnist":
+      return MnistCNN(num_classes, normalize=norm)
     return small_cnn.make(name, num_classes, norm)
   raise UsageError(f"unknown --model={name!r}; valid: {', '.join(MODELS)}")
 
