@@ -15,6 +15,7 @@ restarting (§2.9: drop an error older than S rounds from round R on) and two-wa
 compression (§2.10: the server compresses its step with its own error phi).
 """
 
+import math
 from typing import Any, NamedTuple
 
 import jax
@@ -67,7 +68,7 @@ def build(task, world, hp: dict, *, server_opt: str | None = None,
   n = world.num_clients
 
   shapes = jax.eval_shape(task.init_params, jax.random.PRNGKey(0))
-  d = sum(_size(s.shape) for s in jax.tree.leaves(shapes))
+  d = sum(math.prod(s.shape) for s in jax.tree.leaves(shapes))
   up_bits, dense_bits = up.bits(shapes), compression.dense_bits(shapes)
   down_bits = down.bits(shapes) if down else dense_bits
   if ef:
@@ -138,13 +139,6 @@ def build(task, world, hp: dict, *, server_opt: str | None = None,
     return server, clients, metrics
 
   return FederatedAlgorithm(init, round_fn)
-
-
-def _size(shape) -> int:
-  out = 1
-  for s in shape:
-    out *= int(s)
-  return out
 
 
 def _rows(flag, a):
