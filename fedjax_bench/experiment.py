@@ -8,8 +8,6 @@ flags would give on the command line.
 import dataclasses
 from typing import Callable
 
-import numpy as np
-
 from fedjax_bench import algorithms, data, models
 from fedjax_bench.core.task import Task, make_task
 from fedjax_bench.core.types import FederatedAlgorithm
@@ -45,14 +43,6 @@ def load_dataset(cfg: dict) -> Dataset:
       synthetic_beta=cfg["synthetic_beta"])
 
 
-def label_histograms(dataset: Dataset) -> np.ndarray:
-  t = dataset.train
-  owner = np.repeat(np.arange(t.num_clients), t.counts)
-  hist = np.zeros((t.num_clients, dataset.num_classes), np.int64)
-  np.add.at(hist, (owner, t.y.astype(np.int64)), 1)
-  return hist
-
-
 def make_participation(cfg: dict, dataset: Dataset,
                        participation_given: bool = False) -> participation.Participation:
   """``participation_given``: the user set --participation explicitly (a conflict with
@@ -70,7 +60,7 @@ def make_participation(cfg: dict, dataset: Dataset,
   else:
     phi = availability.draw_phi(cfg["availability_phi"], dataset.num_classes,
                                 cfg["partition_seed"])
-    base = availability.base_probs(label_histograms(dataset), phi)
+    base = availability.base_probs(dataset.label_histograms(), phi)
   return availability.make(
       cfg["availability"], base, period=cfg["availability_period"],
       gamma=cfg["availability_gamma"], delta0=cfg["availability_delta0"],

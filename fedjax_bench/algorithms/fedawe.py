@@ -73,8 +73,7 @@ def build(task, world, hp: dict) -> FederatedAlgorithm:
     active = rounds.participated(c, m)
     clients = Clients(cohort_lib.scatter(clients.params, c, broadcast),
                       jnp.where(active, 1, clients.since_last + 1))
-    server = rounds.ServerState(params, server.opt_state, server.round + 1, world_state,
-                                server.aux)
+    server = server._replace(params=params, round=server.round + 1, world=world_state)
     return server, clients, {**rounds.metrics(mask, c, losses),
                              "mean_echo": jnp.sum(echo) / num_active}
 

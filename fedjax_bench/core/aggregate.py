@@ -2,6 +2,7 @@
 
 import jax
 import jax.numpy as jnp
+import optax
 
 
 def weighted_sum(tree, weights: jax.Array):
@@ -21,12 +22,8 @@ def scaled_sum(tree, weights: jax.Array, denominator):
   return jax.tree.map(lambda s: s * scale.astype(s.dtype), weighted_sum(tree, weights))
 
 
-def global_norm(tree) -> jax.Array:
-  return jnp.sqrt(sum(jnp.sum(jnp.square(a)) for a in jax.tree.leaves(tree)))
-
-
 def clip_by_global_norm(tree, max_norm):
   """tree * min(1, max_norm / ||tree||_2), the L2 norm over all leaves together."""
-  norm = global_norm(tree)
+  norm = optax.tree.norm(tree)
   scale = jnp.minimum(1.0, max_norm / jnp.maximum(norm, 1e-30))
   return jax.tree.map(lambda a: a * scale.astype(a.dtype), tree)
