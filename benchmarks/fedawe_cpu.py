@@ -189,10 +189,7 @@ def plot(path: str, res: dict, title: str) -> None:
   ax.grid(alpha=0.3)
   ax.legend(fontsize=8)
   fig.tight_layout()
-  tmp = path + ".tmp.png"
-  fig.savefig(tmp, dpi=110)
-  plt.close(fig)
-  os.replace(tmp, path)
+  results.save_figure(path, fig)
 
 
 def main(argv) -> int:

@@ -8,8 +8,12 @@ import csv
 import os
 import sys
 
-from absl import app, flags
-import numpy as np
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from absl import app, flags  # noqa: E402
+import numpy as np  # noqa: E402
+
+from fedjax_bench import results  # noqa: E402
 
 flags.DEFINE_list("runs", None, "Run directories (each with metrics.csv).", required=True)
 flags.DEFINE_list("labels", None, "Legend labels, one per run (default: directory names).")
@@ -56,9 +60,7 @@ def main(argv) -> int:
   ax.grid(alpha=0.3)
   ax.legend(fontsize=8)
   fig.tight_layout()
-  tmp = FLAGS.output + ".tmp.png"
-  fig.savefig(tmp, dpi=110)
-  os.replace(tmp, FLAGS.output)
+  results.save_figure(FLAGS.output, fig)
   print(f"wrote {FLAGS.output}")
   return 0
 

@@ -146,6 +146,65 @@ flags.DEFINE_integer("down_stoc_bits", 4, "--stoc_bits of the downlink compresso
                      module_name=_MODULE)
 flags.DEFINE_bool("eval_grad_norm", False, "Evaluations also report grad_norm_sq, the "
                   "squared norm of the full-batch training gradient.", module_name=_MODULE)
+flags.DEFINE_float("l2", 0.0, "L2 regularization (nu/2)||theta||^2 added to every local "
+                   "loss and to train_loss (AREA's MNIST problem: 1e-3).", module_name=_MODULE)
+flags.DEFINE_bool("logreg_bias", True, "--model=logreg has a bias (AREA's problem: none).",
+                  module_name=_MODULE)
+flags.DEFINE_bool("optimality_gap", False, "Solve for f* once (cached) and report "
+                  "optimality_gap = train_loss - f*, and dist_sq/rel_dist_sq to theta*; "
+                  "train_loss is then over all training examples.", module_name=_MODULE)
+flags.DEFINE_enum("quadratic_variant", "heterogeneous", list(data.QUADRATIC_VARIANTS),
+                  "--dataset=quadratic: heterogeneous = AREA's 1/2 (100 i x - 1)^2 over "
+                  "--num_clients clients; two_clients = (x - 1)^2 and (x + 1)^2.",
+                  module_name=_MODULE)
+flags.DEFINE_float("sim_time", 0.0, "Asynchronous algorithms (area, fedbuff, asfedavg, "
+                   "mifa_async, sfedavg): simulated time horizon T; events after T change "
+                   "nothing, and without --rounds the run lasts about T (0: --rounds events).",
+                   module_name=_MODULE)
+flags.DEFINE_integer("async_delta", 4, "Async: aggregate every this many client messages "
+                     "(Delta; sfedavg: clients per synchronous round).", module_name=_MODULE)
+flags.DEFINE_enum("async_rates", "uniform", ["uniform", "normal"], "Async: client update rates "
+                  "lambda_i: all --async_rate, or N(--async_rate, --async_rate_std) clipped at "
+                  "--async_min_rate, drawn from --partition_seed.", module_name=_MODULE)
+flags.DEFINE_float("async_rate", 10.0, "Async: mean client update rate.", module_name=_MODULE)
+flags.DEFINE_float("async_rate_std", 5.0, "Async: std of --async_rates=normal.",
+                   module_name=_MODULE)
+flags.DEFINE_float("async_min_rate", 0.5, "Async: rates below this are clipped to it.",
+                   module_name=_MODULE)
+flags.DEFINE_enum("async_delay", "exponential", ["exponential", "lognormal", "pareto"],
+                  "Async: law of the time between a client's messages (mean 1/lambda_i).",
+                  module_name=_MODULE)
+flags.DEFINE_float("async_delay_shape", 0.0, "Async: shape of lognormal (sigma) or pareto "
+                   "(tail index) delays (0: 1 and 1.5).", module_name=_MODULE)
+flags.DEFINE_enum("aggregation", "count", ["count", "poisson"], "Async: aggregate after "
+                  "--async_delta messages, or at Poisson aggregation events (the theory's).",
+                  module_name=_MODULE)
+flags.DEFINE_float("async_agg_rate", 0.0, "Async: rate of --aggregation=poisson events (0: "
+                   "sum of rates / Delta).", module_name=_MODULE)
+flags.DEFINE_enum("grad_scale", "data_weight", ["data_weight", "none"], "Async: the client "
+                  "oracle is w_i grad f_i with w_i = n_i / N (AREA spec §1), or unscaled.",
+                  module_name=_MODULE)
+flags.DEFINE_bool("send_after_aggregation", False, "Async: the client that triggers an "
+                  "aggregation receives the new model (default: the one before).",
+                  module_name=_MODULE)
+flags.DEFINE_bool("iterate_form_init", False, "area: the paper's iterate form (2)-(4): a "
+                  "client's first message is zero and every message lags one event.",
+                  module_name=_MODULE)
+flags.DEFINE_float("area_lr_power", 0.0, "area: diminishing stepsize alpha0 / (k+1)^beta "
+                   "over client messages k (0: constant).", module_name=_MODULE)
+flags.DEFINE_enum("projection", "none", ["none", "ball", "box"], "Async: project every local "
+                  "step onto a ball of --projection_radius or the box [-R, R].",
+                  module_name=_MODULE)
+flags.DEFINE_float("projection_radius", 1.0, "Async: R of --projection.", module_name=_MODULE)
+flags.DEFINE_enum("fedbuff_divisor", "buffer", ["buffer", "num_clients"], "fedbuff: divide "
+                  "the buffer by Delta or by n.", module_name=_MODULE)
+flags.DEFINE_enum("fedbuff_staleness", "none", ["none", "sqrt"], "fedbuff: weight a delta of "
+                  "staleness tau by 1 or 1/sqrt(1 + tau).", module_name=_MODULE)
+flags.DEFINE_enum("asfedavg_mode", "model_average", ["model_average", "async_sgd"],
+                  "asfedavg: average the Delta buffered models, or apply each delta at once.",
+                  module_name=_MODULE)
+flags.DEFINE_enum("sfedavg_weighting", "uniform", ["uniform", "data"], "sfedavg: uniform mean "
+                  "of the sampled models, or weighted by data size.", module_name=_MODULE)
 flags.DEFINE_integer("client_width", -1, "Clients trained at once (vmapped) per step of a loop "
                      "over the cohort: 0 = the whole cohort, -1 = auto (4 on CPU, 0 on "
                      "GPU/TPU). Changes speed, not results.", module_name=_MODULE)
@@ -173,7 +232,8 @@ flags.DEFINE_string("data_dir", None, "TFDS data dir (default $TFDS_DATA_DIR, th
 flags.DEFINE_string("cache_dir", None, "Converted-dataset cache (default $FEDJAX_BENCH_CACHE, "
                     "then ~/.cache/fedjax_bench).", module_name=_MODULE)
 
-_POSITIVE = ("num_clients", "clients_per_round", "rounds", "batch_size", "eval_every",
+_POSITIVE = ("async_delta", "async_rate", "async_min_rate", "projection_radius",
+             "num_clients", "clients_per_round", "rounds", "batch_size", "eval_every",
              "shards_per_client", "client_lr", "server_lr", "alpha", "local_steps",
              "client_lr_decay_rounds", "availability_period", "fedau_k", "f3ast_beta")
 for _name in _POSITIVE:
@@ -188,10 +248,14 @@ for _name in ("stoc_bits", "down_stoc_bits"):
   flags.register_validator(_name, lambda v: v >= 1, f"--{_name} must be >= 1")
 for _name in ("ef_restart_after", "ef_restart_from"):
   flags.register_validator(_name, lambda v: v >= 0, f"--{_name} must be >= 0")
+for _name in ("l2", "async_delay_shape", "sim_time", "async_rate_std", "async_agg_rate",
+              "area_lr_power"):
+  flags.register_validator(_name, lambda v: v >= 0, f"--{_name} must be >= 0")
 flags.register_validator("final_window", lambda v: v >= 0, "--final_window must be >= 0")
 flags.register_multi_flags_validator(
-    ["participation", "clients_per_round", "num_clients"],
-    lambda f: f["participation"] != "uniform" or f["clients_per_round"] <= f["num_clients"],
+    ["algo", "participation", "clients_per_round", "num_clients"],
+    lambda f: (f["participation"] != "uniform" or f["clients_per_round"] <= f["num_clients"]
+               or f["algo"] in algorithms.ASYNCHRONOUS),
     "--clients_per_round must not exceed --num_clients")
 
 
@@ -252,43 +316,47 @@ def _run() -> int:
   from fedjax_bench import experiment
 
   seeds = parse_seeds(FLAGS.seeds)
-  name = FLAGS.name or f"{FLAGS.algo}_{FLAGS.dataset}_{FLAGS.model}"
+  given = {f.name for f in FLAGS.get_flags_for_module(_MODULE) if f.present}
+  cfg = experiment.with_defaults(our_flags(), given)
+  name = FLAGS.name or f"{cfg['algo']}_{cfg['dataset']}_{cfg['model']}"
   out = _output_dir(name)
-  exp = experiment.setup(our_flags(), participation_given=FLAGS["participation"].present)
+  exp = experiment.setup(cfg, participation_given=FLAGS["participation"].present)
   dataset, task = exp.dataset, exp.task
   report = dataset.report()
 
-  print(f"{name}: {FLAGS.algo} on {FLAGS.dataset} ({report['num_clients']} clients, "
+  print(f"{name}: {cfg['algo']} on {cfg['dataset']} ({report['num_clients']} clients, "
         f"sizes {report['size_min']}..{report['size_max']}, "
-        f"{report['mean_classes_per_client']:.1f} classes/client), {FLAGS.model}, "
+        f"{report['mean_classes_per_client']:.1f} classes/client), {cfg['model']}, "
         f"seeds {seeds}, {jax.device_count()} {jax.default_backend()} device(s)", flush=True)
-  output = engine.run(exp.build, task, exp.hparams, seeds=seeds, rounds=FLAGS.rounds,
-                      eval_every=FLAGS.eval_every, on_eval=_print_progress)
-  config = {"name": name, "flags": our_flags(), "seeds": seeds, "argv": sys.argv,
+  output = engine.run(exp.build, task, exp.hparams, seeds=seeds, rounds=cfg["rounds"],
+                      eval_every=cfg["eval_every"], on_eval=_print_progress)
+  config = {"name": name, "flags": cfg, "seeds": seeds, "argv": sys.argv,
             "started": datetime.datetime.now().isoformat(timespec="seconds"),
             "environment": results.environment_info(),
             "dataset": {k: v for k, v in report.items()
                         if k not in ("client_sizes", "label_histograms")}}
   results.atomic_write_json(os.path.join(out, "partition.json"), report)
   summary = results.write_run(out, config=config, history=output.history,
-                              final_window=FLAGS.final_window, timing=output.timing)
+                              final_window=cfg["final_window"], timing=output.timing)
   final = summary["final"]
+  gap = (f", optimality_gap {_fmt(final['optimality_gap'], '.3e')}"
+         if "optimality_gap" in final else "")
   print(f"done: test_accuracy {_fmt(final['test_accuracy'])}, train_loss "
-        f"{_fmt(final['train_loss'])}; {_rate(output.timing['rounds_per_second'])}, "
+        f"{_fmt(final['train_loss'])}{gap}; {_rate(output.timing['rounds_per_second'])}, "
         f"compile {output.timing['compile_seconds']:.1f}s; results in {out}")
   return _divergence_status(output.history)
 
 
-def _fmt(stat) -> str:
+def _fmt(stat, spec: str = ".4f") -> str:
   if stat["mean"] is None:
     return "nan"
-  return f"{stat['mean']:.4f} ± {stat['std']:.4f}"
+  return f"{stat['mean']:{spec}} ± {stat['std']:{spec}}"
 
 
 def _print_progress(p) -> None:
   m = p.metrics
-  shown = " ".join(f"{k} {m[k]:.4f}" for k in ("test_accuracy", "test_loss", "train_loss")
-                   if k in m)
+  shown = " ".join(f"{k} {m[k]:.4g}" for k in ("test_accuracy", "test_loss", "train_loss",
+                                               "optimality_gap", "cum_time") if k in m)
   eta = datetime.timedelta(seconds=round(p.eta_seconds))
   print(f"round {p.round:>6}/{p.rounds} | {shown} | {_rate(p.rounds_per_second)} | ETA {eta}",
         flush=True)

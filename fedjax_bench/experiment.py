@@ -6,9 +6,12 @@ flags would give on the command line.
 """
 
 import dataclasses
+
+import numpy as np
 from typing import Callable
 
 from fedjax_bench import algorithms, data, models
+from fedjax_bench.core import optimum
 from fedjax_bench.core.task import Task, make_task
 from fedjax_bench.core.types import FederatedAlgorithm
 from fedjax_bench.data.federated import Dataset
@@ -22,7 +25,13 @@ HPARAM_KEYS = ("client_lr", "server_lr", "batch_size", "sampling", "weighting", 
                "fedawe_eval", "fedau_k", "f3ast_beta", "f3ast_variant", "f3ast_budget",
                "compressor", "compress_k", "stoc_bits", "stoc_norm", "hvsign_scaling",
                "count_indices", "error_feedback", "ef_restart_after", "ef_restart_from",
-               "down_compressor", "down_compress_k", "down_stoc_bits")
+               "down_compressor", "down_compress_k", "down_stoc_bits", "partition_seed",
+               "sim_time", "async_delta", "async_rates", "async_rate", "async_rate_std",
+               "async_min_rate", "async_delay", "async_delay_shape", "aggregation",
+               "async_agg_rate", "grad_scale",
+               "send_after_aggregation", "iterate_form_init", "area_lr_power", "projection",
+               "projection_radius", "fedbuff_divisor", "fedbuff_staleness", "asfedavg_mode",
+               "sfedavg_weighting")
 
 
 @dataclasses.dataclass
@@ -40,7 +49,8 @@ def load_dataset(cfg: dict) -> Dataset:
       alpha=cfg["alpha"], shards_per_client=cfg["shards_per_client"],
       partition_seed=cfg["partition_seed"], data_dir=cfg.get("data_dir"),
       cache_dir=cfg.get("cache_dir"), synthetic_alpha=cfg["synthetic_alpha"],
-      synthetic_beta=cfg["synthetic_beta"])
+      synthetic_beta=cfg["synthetic_beta"],
+      quadratic_variant=cfg.get("quadratic_variant", "heterogeneous"))
 
 
 def make_participation(cfg: dict, dataset: Dataset,
@@ -69,12 +79,11 @@ def make_participation(cfg: dict, dataset: Dataset,
 
 
 def server_opt_kwargs(cfg: dict) -> dict:
-  name = cfg["server_opt"]
-  if name == "momentum":
-    return {"momentum": cfg["server_momentum"]}
-  if name in ("adam", "yogi", "amsgrad"):
-    return {"b1": cfg["server_beta1"], "b2": cfg["server_beta2"], "eps": cfg["server_eps"]}
-  return {}
+  """Every server optimizer setting, whatever --server_opt says: an algorithm may pick its
+  own optimizer (fedams is AMSGrad with --server_opt left at sgd) and must still get the
+  --server_beta*/--server_eps the user gave."""
+  return {"momentum": cfg["server_momentum"], "b1": cfg["server_beta1"],
+          "b2": cfg["server_beta2"], "eps": cfg["server_eps"]}
 
 
 def setup(cfg: dict, *, dataset: Dataset | None = None,
@@ -84,12 +93,20 @@ def setup(cfg: dict, *, dataset: Dataset | None = None,
   dataset = dataset if dataset is not None else load_dataset(cfg)
   model = models.make(cfg["model"], num_classes=dataset.num_classes, is_image=dataset.is_image,
                       mlp_hidden=tuple(int(h) for h in cfg["mlp_hidden"]),
-                      normalize=dataset.normalize, zero_init=cfg.get("zero_init", False))
+                      normalize=dataset.normalize, zero_init=cfg.get("zero_init", False),
+                      bias=cfg.get("logreg_bias", True) if cfg["model"] == "logreg" else None)
   task = make_task(dataset, model, train_eval_examples=cfg["train_eval_examples"],
                    augment=cfg.get("augment", True),
                    augment_batchwise=cfg.get("batchwise_augmentation", False),
-                   eval_grad_norm=cfg.get("eval_grad_norm", False))
-  part = make_participation(cfg, dataset, participation_given)
+                   eval_grad_norm=cfg.get("eval_grad_norm", False),
+                   loss_type=data.LOSS_TYPES.get(cfg["dataset"], "cross_entropy"),
+                   l2=cfg.get("l2", 0.0))
+  if cfg.get("optimality_gap") or cfg["dataset"] == "quadratic":
+    task = optimum.attach(task, cache_dir=cfg.get("cache_dir"))
+  if cfg["algo"] in algorithms.ASYNCHRONOUS:  # their clocks decide who sends when
+    part = participation.make("full", dataset.train.num_clients)
+  else:
+    part = make_participation(cfg, dataset, participation_given)
   steps = world_lib.client_steps(dataset.train.counts, local_steps=cfg["local_steps"],
                                  local_epochs=cfg["local_epochs"], batch_size=cfg["batch_size"])
   world = world_lib.make(part, steps)
@@ -98,3 +115,72 @@ def setup(cfg: dict, *, dataset: Dataset | None = None,
   build = lambda hp: algorithm.build(task, world, hp)
   build(hparams)  # bad hyperparameters fail here, before anything runs
   return Experiment(dataset, task, world, hparams, build)
+
+
+ASYNC_ALGOS = algorithms.ASYNCHRONOUS
+
+# The AREA paper's setting (spec 002 §5), taken by every flag the user did not give when an
+# asynchronous algorithm runs on one of its problems.
+ASYNC_DEFAULTS = {
+    "mnist": dict(num_clients=128, partition="dirichlet", alpha=0.1, model="logreg",
+                  logreg_bias=False, l2=1e-3, local_steps=1, batch_size=32,
+                  optimality_gap=True, sim_time=20.0),
+    "quadratic": dict(num_clients=50, model="linear", local_steps=1, batch_size=1,
+                      async_rates="normal", async_rate_std=3.0, sim_time=10.0),
+}
+# Stepsizes per (dataset, algorithm), from our grid searches (results/area/REPORT.md): MNIST
+# at n = 128 (Dirichlet 0.1, K = 1); every method chose 1 at n = 4, so fewer clients than
+# 128 scale the MNIST values by n / 128, capped below at 1 (the stable range grows with n).
+ASYNC_LR = {
+    "mnist": {"area": 1000.0, "fedbuff": 10.0, "asfedavg": 100.0, "mifa_async": 1.0,
+              "sfedavg": 100.0},
+    "quadratic": {"area": 7e-6, "fedbuff": 2e-7, "asfedavg": 2e-6, "mifa_async": 1e-7,
+                  "sfedavg": 5e-6},
+}
+
+
+def with_defaults(cfg: dict, given) -> dict:
+  """``cfg`` with the asynchronous algorithms' paper defaults for the flags not in
+  ``given`` (the names the user set), the event count from --sim_time when --rounds is not
+  given, and about 20 evaluations when --eval_every is not given."""
+  algo, name = cfg["algo"], cfg["dataset"]
+  if algo not in ASYNC_ALGOS:
+    return cfg
+  cfg = dict(cfg)
+  for key, value in ASYNC_DEFAULTS.get(name, {}).items():
+    if key not in given:
+      cfg[key] = value
+  if "client_lr" not in given and algo in ASYNC_LR.get(name, {}):
+    lr = ASYNC_LR[name][algo]
+    if name == "mnist" and cfg["num_clients"] < 128:
+      lr = max(1.0, lr * cfg["num_clients"] / 128)
+    cfg["client_lr"] = lr
+  if name == "quadratic" and algo == "sfedavg" and "async_delta" not in given:
+    cfg["async_delta"] = cfg["num_clients"]  # exact convergence needs every client
+  if cfg["sim_time"] > 0 and "rounds" not in given:
+    cfg["rounds"] = rounds_for_horizon(cfg)
+  if "eval_every" not in given:
+    cfg["eval_every"] = max(1, cfg["rounds"] // 20)
+  return cfg
+
+
+def rounds_for_horizon(cfg: dict) -> int:
+  """Engine steps that cover --sim_time with room to spare (steps past it are no-ops):
+  events of rate sum(lambda) (+ lambda_s), or synchronous rounds of mean length
+  E[max of Delta fresh delays] for sfedavg."""
+  from fedjax_bench.sim import asynchrony
+  n, horizon = cfg["num_clients"], cfg["sim_time"]
+  rates = asynchrony.client_rates(cfg["async_rates"], n, rate=cfg["async_rate"],
+                                  std=cfg["async_rate_std"], min_rate=cfg["async_min_rate"],
+                                  seed=cfg["partition_seed"])
+  if cfg["algo"] == "sfedavg":
+    rng = np.random.default_rng(0)
+    delta = min(cfg["async_delta"], n)
+    draws = [rng.exponential(1 / rates[rng.choice(n, delta, replace=False)]).max()
+             for _ in range(2000)]
+    return int(np.ceil(1.3 * horizon / np.mean(draws))) + 10
+  total = rates.sum()
+  if cfg["aggregation"] == "poisson":
+    total += cfg["async_agg_rate"] or rates.sum() / cfg["async_delta"]
+  mean = total * horizon
+  return int(np.ceil(mean + 5 * np.sqrt(mean))) + 10

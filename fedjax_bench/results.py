@@ -276,9 +276,15 @@ def plot_curves(path: str | os.PathLike,
   if title:
     fig.suptitle(title)
   fig.tight_layout()
+  save_figure(path, fig, dpi=120)
+
+
+def save_figure(path: str | os.PathLike, fig: Any, dpi: int = 110) -> None:
+  """Writes a matplotlib figure as PNG, atomically, and closes it."""
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
   buf = io.BytesIO()
   try:
-    fig.savefig(buf, format='png', dpi=120)
+    fig.savefig(buf, format='png', dpi=dpi)
   finally:
     plt.close(fig)
   atomic_write_bytes(path, buf.getvalue())
@@ -392,3 +398,16 @@ def _version(module: str) -> str | None:
       return getattr(__import__(module), '__version__', None)
     except Exception:  # pylint: disable=broad-except
       return None
+
+
+def select_curve(candidates, full_precision: float, tol: float = 0.1):
+  """The paper's curve-selection rule (spec 001 §4.8) over (bits, accuracy, label) triples:
+  the most compressed (fewest bits per message) whose accuracy is within `tol` points of
+  full precision, else the most accurate one. Returns its label."""
+  candidates = list(candidates)
+  if not candidates:
+    raise ValueError("select_curve: no candidates")
+  good = [c for c in candidates if c[1] >= full_precision - tol]
+  if good:
+    return min(good, key=lambda c: (c[0], -c[1]))[2]
+  return max(candidates, key=lambda c: (c[1], -c[0]))[2]

@@ -1,7 +1,8 @@
 """Algorithms by name: each module has ``build(task, world, hparams) -> FederatedAlgorithm``."""
 
-from fedjax_bench.algorithms import (f3ast, fedau, fedavg, fedavg_all, fedavg_known, fedawe, fedef,
-                                     fedvarp, mifa)
+from fedjax_bench.algorithms import (area, asfedavg, f3ast, fedau, fedavg, fedavg_all,
+                                     fedavg_known, fedawe, fedbuff, fedef, fedvarp, mifa,
+                                     mifa_async, sfedavg)
 from fedjax_bench.errors import UsageError
 
 ALGORITHMS = {
@@ -17,7 +18,15 @@ ALGORITHMS = {
     "fedams": fedef.fedams,
     "fedef_sgd": fedef.fedef_sgd,
     "fedef_ams": fedef.fedef_ams,
+    # Asynchronous (spec 002): one round is one server event of the world's clock.
+    "area": area,
+    "fedbuff": fedbuff,
+    "asfedavg": asfedavg,
+    "mifa_async": mifa_async,
+    "sfedavg": sfedavg,
 }
+# Driven by client update rates, not by --participation.
+ASYNCHRONOUS = ("area", "fedbuff", "asfedavg", "mifa_async", "sfedavg")
 
 
 def get(name: str):

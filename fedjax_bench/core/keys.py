@@ -16,6 +16,7 @@ _PURPOSES = {
     "delay": 5,
     "server": 6,
     "local_noise": 7,  # augmentation and dropout inside local steps
+    "events": 8,       # asynchronous event traces (sim/asynchrony.Clock)
 }
 
 

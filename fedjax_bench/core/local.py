@@ -87,20 +87,26 @@ def train(params, key, offset, count, num_steps, *, x, y, loss_fn: Callable,
 
 def train_cohort(task, world, params, ids, key, *, opt: optax.GradientTransformation,
                  batch_size: int, sampling: str = "shuffle", width: int = -1,
-                 loss_fn: Optional[Callable] = None, per_client_start: bool = False):
+                 loss_fn: Optional[Callable] = None, per_client_start: bool = False,
+                 loss_scale: Optional[jax.Array] = None):
   """Local training of the cohort ``ids``, each client with its own key and its world
   step budget: (deltas x_i - start_i [cap, ...], mean losses [cap]).
 
   Every client starts from ``params``, or with ``per_client_start`` from its own row
   of ``params`` (a [cap, ...] pytree, e.g. FedAWE's stored local models).
   ``loss_fn`` defaults to ``task.loss``; ``width`` is ``cohort.map_clients``'s.
+  ``loss_scale`` ([num_clients], optional) multiplies client i's loss by
+  ``loss_scale[i]`` (the reported losses are the scaled ones).
   """
   spec = LocalSpec(world.max_steps, batch_size, sampling)
   loss_fn = loss_fn or task.loss
 
   def one(i, k, start):
+    fn = loss_fn
+    if loss_scale is not None:
+      fn = lambda *args: loss_scale[i] * loss_fn(*args)
     new, loss = train(start, k, task.offsets[i], task.counts[i], world.client_steps[i],
-                      x=task.x, y=task.y, loss_fn=loss_fn, opt=opt, spec=spec,
+                      x=task.x, y=task.y, loss_fn=fn, opt=opt, spec=spec,
                       max_count=task.max_count)
     return jax.tree.map(jnp.subtract, new, start), loss
 

@@ -15,6 +15,22 @@ from fedjax_bench.data.federated import Dataset, pixels_to_float
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
+class Optimum:
+  """The minimum of f(θ) = mean training loss + (l2/2)||θ||² over the FULL training set.
+
+  f does not depend on the partition: with client weights s_i/S, sum_i (s_i/S) f̂_i is
+  the mean over all examples. ``params`` (θ*, float64 NumPy leaves) may be None.
+  """
+  f_star: float
+  params: Any = None
+  grad_norm: float = 0.0   # ||∇f(θ*)||, 0 for a closed form
+  iterations: int = 0
+  seconds: float = 0.0
+  method: str = ""         # "closed_form" or "lbfgs"
+  from_cache: bool = False
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
 class Task:
   model: nn.Module
   x: jax.Array          # [N, D] all clients' examples, flattened, client after client;
@@ -34,6 +50,10 @@ class Task:
   augmentation: str = "none"        # training-time image augmentation (data/augment.py)
   augment_batchwise: bool = False   # one crop/flip per minibatch, as the FedAWE code does
   eval_grad_norm: bool = False      # evaluate also reports grad_norm_sq (a backward pass)
+  l2: float = 0.0                   # the loss adds (l2/2) sum of squares of all parameters
+  # Known minimum of the training objective; evaluate then reports optimality_gap, and
+  # train_eval_x/y are the full training set (see with_optimum).
+  optimum: Optimum | None = None
 
   @property
   def num_clients(self) -> int:
@@ -66,22 +86,41 @@ class Task:
 
   def loss(self, params, x: jax.Array, y: jax.Array, w: jax.Array,
            rng: jax.Array | None = None) -> jax.Array:
-    """The loss averaged with example weights w (0 for padding); 0 if all w are 0.
-    ``rng``: training mode (see `logits`)."""
+    """The loss averaged with example weights w (0 for padding; 0 if all w are 0), plus
+    the penalty (l2/2)||params||² when l2 > 0. ``rng``: training mode (see `logits`)."""
     per_example = self.pointwise_loss(self.logits(params, x, rng), y)
-    return jnp.sum(w * per_example) / jnp.maximum(jnp.sum(w), 1e-12)
+    loss = jnp.sum(w * per_example) / jnp.maximum(jnp.sum(w), 1e-12)
+    return loss + self.penalty(params) if self.l2 else loss
+
+  def penalty(self, params) -> jax.Array:
+    """(l2/2) * the sum of squares of all parameters."""
+    return 0.5 * self.l2 * sum(jnp.sum(jnp.square(p)) for p in jax.tree.leaves(params))
 
   def evaluate(self, params) -> dict:
+    """Central evaluation.
+
+    * ``test_accuracy``, ``test_loss``: on the test set; the plain loss, no l2 penalty.
+    * ``train_loss``: f, the mean loss over the scored training examples plus the
+      penalty (l2/2)||params||² (spec 002_area §8 row 21).
+    * with an ``optimum``: ``optimality_gap`` = train_loss - f* (train_loss is then over
+      all training examples), and when θ* is known ``dist_sq`` = ||params - θ*||² and,
+      if θ* != 0, ``rel_dist_sq`` = dist_sq / ||θ*||².
+    """
     test_loss, test_acc = _mean_loss_and_accuracy(self, params, self.test_x, self.test_y)
     train_loss, _ = _mean_loss_and_accuracy(self, params, self.train_eval_x, self.train_eval_y)
+    if self.l2:
+      train_loss = train_loss + self.penalty(params)
     out = {"test_accuracy": test_acc, "test_loss": test_loss, "train_loss": train_loss}
     if self.eval_grad_norm:
       out["grad_norm_sq"] = self.grad_norm_sq(params)
+    if self.optimum is not None:
+      out.update(_optimum_metrics(self.optimum, params, train_loss))
     return out
 
   def grad_norm_sq(self, params) -> jax.Array:
     """||grad f(params)||^2, f the mean loss over the scored training examples (the
-    Fed-EF paper's full-batch gradient norm; all of them with --train_eval_examples=0)."""
+    Fed-EF paper's full-batch gradient norm; all of them with --train_eval_examples=0)
+    plus the l2 penalty."""
     n = self.train_eval_x.shape[0]
 
     def chunk_sum(p, batch):
@@ -94,7 +133,32 @@ class Task:
 
     zero = jax.tree.map(jnp.zeros_like, params)
     total, _ = jax.lax.scan(add, zero, _chunked(self, self.train_eval_x, self.train_eval_y))
-    return sum(jnp.sum(jnp.square(g / n)) for g in jax.tree.leaves(total))
+    grad = jax.tree.map(lambda g: g / n, total)
+    if self.l2:
+      grad = jax.tree.map(lambda g, p: g + self.l2 * p, grad, params)
+    return sum(jnp.sum(jnp.square(g)) for g in jax.tree.leaves(grad))
+
+
+def with_optimum(task: Task, optimum: Optimum | None) -> Task:
+  """``task`` knowing its optimum; its train_loss is then scored on all training
+  examples, whatever ``train_eval_examples`` was, since the gap needs f itself."""
+  if optimum is None:
+    return dataclasses.replace(task, optimum=None)
+  return dataclasses.replace(task, optimum=optimum, train_eval_x=task.x, train_eval_y=task.y)
+
+
+def _optimum_metrics(optimum: Optimum, params, train_loss) -> dict:
+  out = {"optimality_gap": train_loss - optimum.f_star}
+  if optimum.params is None:
+    return out
+  # θ* is float64 on the host: cast to the parameters' dtype, so that float64 runs
+  # (jax_enable_x64) resolve distances far below float32's rounding of θ*.
+  diff = jax.tree.map(lambda p, s: p - jnp.asarray(s, p.dtype), params, optimum.params)
+  out["dist_sq"] = sum(jnp.sum(jnp.square(d)) for d in jax.tree.leaves(diff))
+  norm_sq = float(sum(np.sum(np.square(s)) for s in jax.tree.leaves(optimum.params)))
+  if norm_sq > 0:
+    out["rel_dist_sq"] = out["dist_sq"] / norm_sq
+  return out
 
 
 def _has_train_mode(model: nn.Module) -> bool:
@@ -133,12 +197,18 @@ def _mean_loss_and_accuracy(task: Task, params, x, y):
 def make_task(dataset: Dataset, model: nn.Module, *, train_eval_examples: int = 10000,
               eval_seed: int = 0, loss_type: str = "cross_entropy",
               augment: bool = True, augment_batchwise: bool = False,
-              eval_grad_norm: bool = False) -> Task:
-  """``train_eval_examples`` > 0 scores `train_loss` on a fixed random subset of that size.
+              eval_grad_norm: bool = False, l2: float = 0.0,
+              optimum: Optimum | None = None) -> Task:
+  """``train_eval_examples`` > 0 scores `train_loss` on a fixed random subset of that size
+  (ignored with an ``optimum``: see `with_optimum`).
 
   With ``loss_type="squared_error"`` labels are float targets and accuracy is NaN.
   ``augment``: apply the dataset's training augmentation (``dataset.augmentation``).
+  ``l2``: the penalty (l2/2)||params||² in the training loss and in train_loss.
+  ``optimum``: see `with_optimum` (core/optimum.py computes one).
   """
+  if l2 < 0:
+    raise ValueError(f"l2 must be >= 0, got {l2}")
   t = dataset.train
   if t.num_examples == 0:
     raise ValueError("the training set is empty")
@@ -147,7 +217,7 @@ def make_task(dataset: Dataset, model: nn.Module, *, train_eval_examples: int = 
     idx = np.sort(np.random.default_rng(eval_seed).choice(
         t.num_examples, train_eval_examples, replace=False))
   flat = lambda a: jnp.asarray(a.reshape(a.shape[0], -1))
-  return Task(
+  task = Task(
       model=model, x=flat(t.x), y=jnp.asarray(t.y),
       offsets=jnp.asarray(t.offsets), counts=jnp.asarray(t.counts),
       test_x=flat(dataset.test_x), test_y=jnp.asarray(dataset.test_y),
@@ -156,4 +226,5 @@ def make_task(dataset: Dataset, model: nn.Module, *, train_eval_examples: int = 
       max_count=max(int(t.counts.max()), 1),
       loss_type=loss_type,
       augmentation=getattr(dataset, "augmentation", "none") if augment else "none",
-      augment_batchwise=augment_batchwise, eval_grad_norm=eval_grad_norm)
+      augment_batchwise=augment_batchwise, eval_grad_norm=eval_grad_norm, l2=float(l2))
+  return task if optimum is None else with_optimum(task, optimum)

@@ -10,6 +10,10 @@
   is the central test set. Images stay uint8; models see them as float32 in [0, 1]
   (``federated.pixels_to_float``). The ``Dataset`` carries each one's per-channel
   normalization and training augmentation (``tfds_data.SPECS``).
+* ``quadratic``: the AREA scalar least-squares toys (``quadratic.scalar_quadratic``),
+  one example per client, ``quadratic_variant`` "heterogeneous" (``num_clients``
+  clients, 50 in the spec) or "two_clients"; partition must be "natural". Train with
+  ``loss_type=LOSS_TYPES["quadratic"]`` ("squared_error") and the ``linear`` model.
 """
 
 import numpy as np
@@ -17,15 +21,21 @@ import numpy as np
 from fedjax_bench.data.federated import Dataset, FederatedData
 from fedjax_bench.data.partition import PARTITIONS
 from fedjax_bench.data.partition import partition as make_partition
+from fedjax_bench.data.quadratic import VARIANTS as QUADRATIC_VARIANTS
+from fedjax_bench.data.quadratic import scalar_quadratic
 from fedjax_bench.data.synthetic import leaf_synthetic
 from fedjax_bench.data.tfds_data import SPECS as IMAGE_SPECS
 from fedjax_bench.data.tfds_data import load_arrays
 from fedjax_bench.data.toyfl import gaussian_mixture
 from fedjax_bench.errors import UsageError
 
-DATASETS = ("synthetic", "mnist", "fmnist", "toyfl", "svhn", "cifar10", "cinic10")
+DATASETS = ("synthetic", "mnist", "fmnist", "toyfl", "svhn", "cifar10", "cinic10",
+            "quadratic")
 _SYNTHETIC_PARTITIONS = ("natural", "iid")
-DEFAULT_PARTITION = {"synthetic": "natural", "toyfl": "dirichlet"}  # others: iid
+DEFAULT_PARTITION = {"synthetic": "natural", "toyfl": "dirichlet",
+                     "quadratic": "natural"}  # others: iid
+# Task.loss_type per dataset (make_task's loss_type); the others: "cross_entropy".
+LOSS_TYPES = {"quadratic": "squared_error"}
 
 
 def load(name: str, *, num_clients: int, partition: str | None = None,
@@ -33,7 +43,8 @@ def load(name: str, *, num_clients: int, partition: str | None = None,
          data_dir: str | None = None, cache_dir: str | None = None,
          synthetic_alpha: float = 1.0, synthetic_beta: float = 1.0,
          synthetic_max_examples_per_client: int | None = None,
-         toyfl_num_train: int = 20000, toyfl_num_test: int = 5000) -> Dataset:
+         toyfl_num_train: int = 20000, toyfl_num_test: int = 5000,
+         quadratic_variant: str = "heterogeneous") -> Dataset:
   """Loads dataset ``name`` split over ``num_clients`` clients.
 
   ``partition=None`` takes the dataset's default (``DEFAULT_PARTITION``, else iid).
@@ -44,6 +55,11 @@ def load(name: str, *, num_clients: int, partition: str | None = None,
     return gaussian_mixture(num_clients, partition_seed, partition=partition, alpha=alpha,
                             shards_per_client=shards_per_client,
                             num_train=toyfl_num_train, num_test=toyfl_num_test)
+  if name == "quadratic":
+    if partition != "natural":
+      raise UsageError(f"the quadratic toy has one example per client; partition must be "
+                       f"natural, got {partition!r}")
+    return scalar_quadratic(num_clients, quadratic_variant)
   if name == "synthetic":
     if partition not in _SYNTHETIC_PARTITIONS:
       raise UsageError(f"synthetic data has its natural per-user split; partition "
@@ -77,7 +93,9 @@ def _load_image(name: str, num_clients: int, partition: str, alpha: float,
 __all__ = [
   "DATASETS",
   "DEFAULT_PARTITION",
+  "LOSS_TYPES",
   "PARTITIONS",
+  "QUADRATIC_VARIANTS",
   "Dataset",
   "FederatedData",
   "gaussian_mixture",
@@ -85,4 +103,5 @@ __all__ = [
   "load",
   "load_arrays",
   "make_partition",
+  "scalar_quadratic",
 ]

@@ -98,6 +98,8 @@ class Dataset:
   def label_histograms(self) -> np.ndarray:
     """[num_clients, num_classes] example counts per label."""
     t = self.train
+    if not np.issubdtype(t.y.dtype, np.integer):  # regression targets have no labels
+      return np.zeros((t.num_clients, 0), np.int64)
     client_of = np.repeat(np.arange(t.num_clients), t.counts)
     h = np.zeros((t.num_clients, self.num_classes), np.int64)
     np.add.at(h, (client_of, t.y), 1)

@@ -3,6 +3,8 @@
 Every model is called as ``model.apply(variables, x, train=False)`` on a batch of
 examples in their feature shape (images as float32 in [0, 1], NHWC). ``train=True``
 only matters for models with dropout (cnn_cinic10, cnn_mnist), which then need a "dropout" rng.
+``linear`` is a linear map without bias and with zero initial weights, for least-squares
+toys (``loss_type="squared_error"``, ``num_classes`` = the number of outputs, 1 there).
 """
 
 from flax import linen as nn
@@ -10,23 +12,33 @@ from flax import linen as nn
 from fedjax_bench.errors import UsageError
 from fedjax_bench.models import small_cnn
 from fedjax_bench.models.cnn import CNN
-from fedjax_bench.models.dense import MLP, LogReg
+from fedjax_bench.models.dense import MLP, Linear, LogReg
 from fedjax_bench.models.mnist_cnn import MnistCNN
 from fedjax_bench.models.preprocess import as_normalize
 
-MODELS = ("logreg", "mlp", "cnn") + tuple(small_cnn.CONFIGS) + ("cnn_mnist",)
+MODELS = ("logreg", "mlp", "cnn") + tuple(small_cnn.CONFIGS) + ("cnn_mnist", "linear")
+_WITH_BIAS_OPTION = ("logreg", "linear")
 
 
 def make(name: str, *, num_classes: int, is_image: bool,
          mlp_hidden: tuple[int, ...] = (200, 200), normalize=None,
-         zero_init: bool = False) -> nn.Module:
+         zero_init: bool = False, bias: bool | None = None) -> nn.Module:
   """``normalize``: optional per-channel (mean, std) the model applies to its input first
-  (a dataset's ``normalize``). ``zero_init``: all-zero initial weights, logreg only."""
+  (a dataset's ``normalize``). ``zero_init``: all-zero initial weights, logreg only
+  (linear always starts at zero). ``bias``: logreg and linear only; None keeps the
+  model's default (logreg: with bias, linear: without)."""
   norm = _normalize(normalize)
-  if zero_init and name != "logreg":
+  if zero_init and name not in ("logreg", "linear"):
     raise UsageError(f"zero init applies to --model=logreg only, not {name!r}")
+  if bias is not None and name not in _WITH_BIAS_OPTION:
+    raise UsageError(f"the bias option applies to --model=logreg or linear only, not {name!r}")
   if name == "logreg":
-    return LogReg(num_classes, zero_init=zero_init, normalize=norm)
+    return LogReg(num_classes, zero_init=zero_init, normalize=norm,
+                  bias=True if bias is None else bias)
+  if name == "linear":
+    if norm is not None:
+      raise UsageError("--model=linear takes no input normalization")
+    return Linear(num_classes, bias=bool(bias))
   if name == "mlp":
     return MLP(tuple(mlp_hidden), num_classes, normalize=norm)
   if name in MODELS:

@@ -1,4 +1,4 @@
-"""Multinomial logistic regression and the fully connected MLP."""
+"""Multinomial logistic regression, the linear model and the fully connected MLP."""
 
 import math
 from collections.abc import Sequence
@@ -49,27 +49,47 @@ class DenseOI(nn.Module):
   """
   features: int
   init: str = "lecun_normal"  # one of DENSE_INITS
+  use_bias: bool = True
 
   @nn.compact
   def __call__(self, x):
     kernel_init, bias_init = dense_init(self.init, x.shape[-1])
     kernel = self.param("kernel", kernel_init, (self.features, x.shape[-1]))
-    bias = self.param("bias", bias_init, (self.features,))
-    return jnp.einsum("...i,oi->...o", x, kernel) + bias
+    y = jnp.einsum("...i,oi->...o", x, kernel)
+    if not self.use_bias:
+      return y
+    return y + self.param("bias", bias_init, (self.features,))
 
 
 class LogReg(nn.Module):
-  """Softmax regression; ``zero_init`` starts from all-zero weights (spec 000_fedawe §9.1)."""
+  """Softmax regression; ``zero_init`` starts from all-zero weights (spec 000_fedawe §9.1).
+
+  ``bias=False`` drops the bias: the AREA paper's model (spec 002_area §5.1), d*C weights.
+  """
   num_classes: int
   zero_init: bool = False
   normalize: Normalize | None = None
+  bias: bool = True
 
   @nn.compact
   def __call__(self, x, train: bool = False):
     del train  # no dropout
     x = standardize(x, self.normalize)
     init = "zeros" if self.zero_init else "lecun_normal"
-    return DenseOI(self.num_classes, init=init)(x.reshape(x.shape[0], -1))
+    return DenseOI(self.num_classes, init=init, use_bias=self.bias)(x.reshape(x.shape[0], -1))
+
+
+class Linear(nn.Module):
+  """A linear map of the flattened input to ``features`` outputs, all-zero initial weights
+  (x0 = 0, as in the AREA quadratic toys); no bias by default. With
+  ``loss_type="squared_error"`` and ``features=1`` it is least squares."""
+  features: int = 1
+  bias: bool = False
+
+  @nn.compact
+  def __call__(self, x, train: bool = False):
+    del train  # no dropout
+    return DenseOI(self.features, init="zeros", use_bias=self.bias)(x.reshape(x.shape[0], -1))
 
 
 class MLP(nn.Module):

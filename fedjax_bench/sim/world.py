@@ -1,6 +1,6 @@
 """The world an algorithm is built against: who is available, how much each client computes."""
 
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -15,6 +15,9 @@ class World(NamedTuple):
   participation: Participation
   client_steps: jax.Array  # [num_clients] int32 local steps each client runs
   max_steps: int           # static bound on client_steps (the scan length)
+  # When messages arrive (sim/asynchrony.Clock), for asynchronous algorithms; None:
+  # they build one from their async_* hyperparameters.
+  clock: Optional[Any] = None
 
   @property
   def num_clients(self) -> int:
@@ -47,8 +50,10 @@ def client_steps(counts: np.ndarray, *, local_steps: int, local_epochs: float,
   return np.full(counts.shape, local_steps, np.int32)
 
 
-def make(participation: Participation, steps: np.ndarray) -> World:
+def make(participation: Participation, steps: np.ndarray, clock=None) -> World:
   steps = np.asarray(steps, np.int32)
   if steps.shape != (participation.num_clients,):
     raise UsageError("client_steps must have one entry per client")
-  return World(participation, jnp.asarray(steps), max(int(steps.max()), 1))
+  if clock is not None and clock.num_clients != participation.num_clients:
+    raise UsageError("the clock must have one rate per client")
+  return World(participation, jnp.asarray(steps), max(int(steps.max()), 1), clock)

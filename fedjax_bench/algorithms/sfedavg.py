@@ -1,0 +1,83 @@
+"""S-FedAvg, synchronous FedAvg with partial participation (McMahan et al., 2017), timed by
+the asynchronous world's clock (spec 002 §3.1, §4.5). One engine round is one
+synchronous round:
+
+  S = Delta clients drawn uniformly without replacement
+  x_i = LocalSGD(x_s) for i in S            (g_i = w_i grad f^_i, as the async methods)
+  x_s = (1/Delta) sum_{i in S} x_i          ("uniform"; "data": weights s_i / sum_S s_j)
+  t += max_{i in S} (fresh delay of i)      the round waits for its slowest client
+
+With Delta = n, one local step and exact gradients it is gradient descent on f with
+step alpha / n. A round that would end past the horizon (sim_time > 0) changes nothing.
+"""
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from fedjax_bench.core import aggregate, asynchronous, keys, local, rounds
+from fedjax_bench.core.types import FederatedAlgorithm
+from fedjax_bench.errors import UsageError
+from fedjax_bench.sim import asynchrony
+
+WEIGHTINGS = ("uniform", "data")
+
+
+class Server(NamedTuple):
+  params: Any
+  round: jax.Array     # int32 engine rounds so far
+  time: jax.Array      # float32 simulated time at the end of the last applied round
+  version: jax.Array   # int32 rounds applied (aggregations)
+  messages: jax.Array  # int32 client messages so far
+
+
+def build(task, world, hp: dict) -> FederatedAlgorithm:
+  n = world.num_clients
+  delta = rounds.static_int(hp, "async_delta", 4)
+  if not 0 < delta <= n:
+    raise UsageError(f"--async_delta={delta} must be in [1, num_clients={n}] for sfedavg")
+  weighting = hp.get("sfedavg_weighting", "uniform")
+  if weighting not in WEIGHTINGS:
+    raise UsageError(f"unknown --sfedavg_weighting={weighting!r}; valid: "
+                     f"{', '.join(WEIGHTINGS)}")
+  sampling = hp.get("sampling", "shuffle")
+  if sampling not in local.SAMPLINGS:
+    raise UsageError(f"unknown --sampling={sampling!r}; valid: {', '.join(local.SAMPLINGS)}")
+  clock = asynchronous.make_clock(world, hp, aggregation=False)
+  loss_scale = asynchronous.data_weights(task, hp)
+  opt = asynchronous.client_optimizer(hp["client_lr"], asynchronous.projection(hp))
+  horizon = hp.get("sim_time", 0.0)
+
+  def init(key):
+    params = asynchronous.initial_params(task, hp, key)
+    zero = jnp.zeros((), jnp.int32)
+    return Server(params, zero, jnp.zeros((), jnp.float32), zero, zero), ()
+
+  def round_fn(server: Server, clients, key):
+    draw = jax.random.uniform(keys.for_purpose(key, "participation"), (n,))
+    _, ids = jax.lax.top_k(draw, delta)
+    deltas, losses = local.train_cohort(
+        task, world, server.params, ids, key, opt=opt, batch_size=hp["batch_size"],
+        sampling=sampling, width=hp.get("client_width", -1), loss_scale=loss_scale,
+        loss_fn=asynchronous.float32_loss(task))
+    weights = (task.counts[ids].astype(jnp.float32) if weighting == "data"
+               else jnp.ones(delta, jnp.float32))
+    step = aggregate.weighted_mean(deltas, weights)
+    duration = asynchrony.round_duration(clock, keys.for_purpose(key, "events"), ids)
+    t = server.time + duration
+    live = (horizon <= 0) | (t <= horizon)
+    new = Server(jax.tree.map(jnp.add, server.params, step), server.round, t,
+                 server.version + 1, server.messages + delta)
+    server = asynchronous.select(live, new, server)._replace(round=server.round + 1)
+    scale = loss_scale[ids]
+    client_loss = jnp.mean(jnp.where(scale > 0, losses / jnp.where(scale > 0, scale, 1), 0))
+    return server, clients, {
+        "cum_time": server.time,
+        "cum_aggregations": server.version.astype(jnp.float32),
+        "cum_messages": server.messages.astype(jnp.float32),
+        "round_duration": jnp.where(live, duration, 0.0),
+        "client_loss": jnp.where(live, client_loss, 0.0),
+    }
+
+  return FederatedAlgorithm(init, round_fn)

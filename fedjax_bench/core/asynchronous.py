@@ -1,0 +1,278 @@
+"""The mechanics every asynchronous algorithm shares (spec 002 §3's common skeleton and
+§4.3's within-event order), so that an algorithm module is its ingest and aggregation.
+
+One `round` is one server event from the world's clock: client j's message or, with
+Poisson aggregation, an aggregation event. A message from client j at time t_k:
+
+  x_loc = LocalSGD(x_recv[j], alpha_recv[j])   K_j steps, g_j = w_j grad f^_j, P_X each step
+  <method ingest of x_loc>                     may read x_recv[j] and j's memory row
+  alpha = h(alpha) = alpha0 / (k + 1)^beta     k = messages so far (beta = 0: constant)
+  count += 1; aggregate = (count == Delta)     (Poisson: the aggregation events instead)
+  if aggregate: <method aggregation>; count = 0; version += 1
+  x_recv[j], alpha_recv[j] = x_s, alpha        x_s before the aggregation (default) or after
+
+With ``lagged`` (AREA's iterate form, eqs. (2)-(4)) client j stores its pending result
+instead: the message is x_recv[j], and x_recv[j] = LocalSGD(sent model) afterwards.
+An event past the horizon (t_k > sim_time > 0) changes nothing. Only client j's rows
+are read and written (dynamic slices, updated in place: see `Pending`), so an event
+costs O(p), not O(n p).
+"""
+
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from fedjax_bench.core import keys, local, rounds
+from fedjax_bench.core.types import FederatedAlgorithm
+from fedjax_bench.errors import UsageError
+from fedjax_bench.sim import asynchrony
+
+GRAD_SCALES = ("data_weight", "none")
+PROJECTIONS = ("none", "ball", "box")
+
+
+class Server(NamedTuple):
+  params: Any          # x_s, what evaluation scores
+  round: jax.Array     # int32 events so far (the engine's step counter)
+  time: jax.Array      # float32 simulated time of the last applied event
+  clock: Any           # the clock's state
+  count: jax.Array     # int32 messages since the last aggregation
+  version: jax.Array   # int32 aggregations so far
+  messages: jax.Array  # int32 client messages so far
+  aux: Any             # the method's server memory (AREA's u, FedBuff's buffer, ...)
+  pending: Any         # Pending: the last event's client rows, written at the next event
+
+
+class Clients(NamedTuple):
+  x_recv: Any              # [n, ...] the model client i works from (lagged: its pending result)
+  alpha_recv: jax.Array    # [n] float32 stepsize received with it
+  recv_version: jax.Array  # [n] int32 server version it was sent at
+  recv_round: jax.Array    # [n] int32 event at which it was sent
+  memory: Any              # [n, ...] the method's client memory, or ()
+
+
+class Pending(NamedTuple):
+  """Client ``index``'s new rows (a Clients of single rows), not yet in the [n, ...] arrays.
+
+  Each event first writes the previous event's rows, then reads its own client's, so
+  every read of the arrays follows the write in the dataflow and XLA updates them in
+  place. Writing at the end of the event instead makes XLA copy them (O(n p) per event,
+  ~30x slower at n = 512 on CPU), because its fusions re-read the old rows after the write.
+  `settled` gives the up-to-date client states.
+  """
+  index: jax.Array
+  rows: Any
+
+
+def read(clients: "Clients", i) -> "Clients":
+  return jax.tree.map(lambda a: jax.lax.dynamic_index_in_dim(a, i, keepdims=False), clients)
+
+
+def write(clients: "Clients", pending: Pending) -> "Clients":
+  return jax.tree.map(lambda a, r: jax.lax.dynamic_update_index_in_dim(a, r, pending.index, 0),
+                      clients, pending.rows)
+
+
+def settled(server: "Server", clients: "Clients") -> "Clients":
+  """The client states after the last event (the arrays with ``server.pending`` written)."""
+  return write(clients, server.pending)
+
+
+class Method(NamedTuple):
+  init: Callable       # x0 -> (server aux, one client's memory row)
+  ingest: Callable     # (aux, memory_j, x_loc, x_recv_j, staleness) -> (aux, memory_j)
+  aggregate: Callable  # (x_s, aux, count) -> (x_s, aux); count: messages since the last
+
+
+def select(flag, new, old):
+  return jax.tree.map(lambda a, b: jnp.where(flag, a, b), new, old)
+
+
+def zeros_like(tree):
+  return jax.tree.map(jnp.zeros_like, tree)
+
+
+def make_clock(world, hp: dict, *, aggregation: bool | None = None) -> asynchrony.Clock:
+  """The world's clock, or the renewal clock the async_* hyperparameters describe (rates
+  from partition_seed, so every seed of a run shares them). ``aggregation`` overrides
+  whether Poisson aggregation events are wanted (default: hp aggregation == "poisson")."""
+  kind = hp.get("aggregation", "count")
+  if kind not in asynchrony.AGGREGATIONS:
+    raise UsageError(f"unknown --aggregation={kind!r}; valid: "
+                     f"{', '.join(asynchrony.AGGREGATIONS)}")
+  poisson = kind == "poisson" if aggregation is None else aggregation
+  if world.clock is not None:
+    if aggregation is None and world.clock.has_aggregation != poisson:
+      raise UsageError(f"--aggregation={kind} does not match the world's clock "
+                       f"({'with' if world.clock.has_aggregation else 'without'} "
+                       "aggregation events)")
+    return world.clock
+  rates = asynchrony.client_rates(
+      hp.get("async_rates", "uniform"), world.num_clients,
+      rate=rounds.static_float(hp, "async_rate", 10.0),
+      std=rounds.static_float(hp, "async_rate_std", 5.0),
+      min_rate=rounds.static_float(hp, "async_min_rate", 0.5),
+      seed=rounds.static_int(hp, "partition_seed", 0))
+  if not (rates > 0).all():
+    raise UsageError("client rates must be positive: check --async_rate, --async_min_rate")
+  agg_rate = None
+  if poisson:
+    # 0 (default): the count rule's mean rate, sum(lambda) / Delta.
+    given = hp.get("async_agg_rate", 0.0)
+    agg_rate = jnp.where(given > 0, given, rates.sum() / hp.get("async_delta", 4))
+  shape = rounds.static_float(hp, "async_delay_shape", 0.0)
+  return asynchrony.renewal(rates, hp.get("async_delay", "exponential"),
+                            shape=shape if shape > 0 else None, agg_rate=agg_rate)
+
+
+def data_weights(task, hp: dict) -> jax.Array:
+  """[n] float32 scale of client i's loss: w_i = s_i / S ("data_weight", spec §1) or 1."""
+  scale = hp.get("grad_scale", "data_weight")
+  if scale not in GRAD_SCALES:
+    raise UsageError(f"unknown --grad_scale={scale!r}; valid: {', '.join(GRAD_SCALES)}")
+  counts = jnp.asarray(task.counts, jnp.float32)
+  return counts / jnp.sum(counts) if scale == "data_weight" else jnp.ones_like(counts)
+
+
+def float32_loss(task) -> Callable:
+  """task.loss as float32, the dtype of local.train's loss accumulator, so that float64
+  parameters (jax_enable_x64) train too; a no-op in float32 runs."""
+  return lambda *args: task.loss(*args).astype(jnp.float32)
+
+
+def projection(hp: dict) -> Callable | None:
+  """P_X: "ball" (global L2 norm <= R) or "box" ([-R, R] per coordinate), R =
+  projection_radius; None for X = R^p."""
+  name = hp.get("projection", "none")
+  radius = hp.get("projection_radius", 1.0)
+  if name == "none":
+    return None
+  if name == "ball":
+    def ball(params):
+      scale = jnp.minimum(1.0, radius / jnp.maximum(optax.tree.norm(params), 1e-30))
+      return jax.tree.map(lambda a: a * scale.astype(a.dtype), params)
+    return ball
+  if name == "box":
+    return lambda params: jax.tree.map(lambda a: jnp.clip(a, -radius, radius), params)
+  raise UsageError(f"unknown --projection={name!r}; valid: {', '.join(PROJECTIONS)}")
+
+
+def initial_params(task, hp: dict, key):
+  """x0 = P_X(the model's initialization), so that x0 lies in X."""
+  params = task.init_params(keys.for_purpose(key, "init"))
+  project = projection(hp)
+  return params if project is None else project(params)
+
+
+def client_optimizer(alpha, project: Callable | None) -> optax.GradientTransformation:
+  """SGD at stepsize alpha, followed by P_X when there is one."""
+  sgd = optax.sgd(alpha)
+  if project is None:
+    return sgd
+
+  def update(grads, state, params):
+    updates, state = sgd.update(grads, state, params)
+    new = project(optax.apply_updates(params, updates))
+    return jax.tree.map(jnp.subtract, new, params), state
+
+  return optax.GradientTransformation(sgd.init, update)
+
+
+def local_sgd(task, world, hp: dict) -> Callable:
+  """(start, client i, alpha, round key) -> (x_loc, i's mean unscaled loss): client i's
+  K_i local steps on w_i * its loss (exact for any K), projected after each step."""
+  sampling = hp.get("sampling", "shuffle")
+  if sampling not in local.SAMPLINGS:
+    raise UsageError(f"unknown --sampling={sampling!r}; valid: {', '.join(local.SAMPLINGS)}")
+  spec = local.LocalSpec(world.max_steps, hp["batch_size"], sampling)
+  weights = data_weights(task, hp)
+  project = projection(hp)
+  loss_fn = float32_loss(task)
+
+  def train(start, i, alpha, key):
+    w = weights[i]
+    new, loss = local.train(
+        start, jax.random.fold_in(keys.for_purpose(key, "local_train"), i),
+        task.offsets[i], task.counts[i], world.client_steps[i], x=task.x, y=task.y,
+        loss_fn=lambda *args: w * loss_fn(*args), opt=client_optimizer(alpha, project),
+        spec=spec, max_count=task.max_count)
+    return new, jnp.where(w > 0, loss / jnp.where(w > 0, w, 1), 0.0)
+
+  return train
+
+
+def build(task, world, hp: dict, method: Method, *, delta=None, lr_power=0.0,
+          lagged: bool = False) -> FederatedAlgorithm:
+  """The event-driven algorithm of ``method``: aggregation every ``delta`` messages
+  (default hp async_delta) or at the clock's Poisson aggregation events."""
+  n = world.num_clients
+  clock = make_clock(world, hp)
+  poisson = clock.has_aggregation
+  delta = hp.get("async_delta", 4) if delta is None else delta
+  horizon = hp.get("sim_time", 0.0)
+  send_after = bool(rounds.static_int(hp, "send_after_aggregation", False))
+  alpha0 = jnp.asarray(hp["client_lr"], jnp.float32)
+  train = local_sgd(task, world, hp)
+
+  def init(key):
+    params = initial_params(task, hp, key)
+    aux, row = method.init(params)
+    rows = lambda tree: jax.tree.map(lambda a: jnp.broadcast_to(a, (n,) + a.shape), tree)
+    zero = jnp.zeros((), jnp.int32)
+    clients = Clients(rows(params), jnp.full(n, alpha0), jnp.zeros(n, jnp.int32),
+                      jnp.zeros(n, jnp.int32), rows(row))
+    nothing = Pending(zero, read(clients, zero))  # rewrites client 0's own rows
+    server = Server(params, zero, jnp.zeros((), jnp.float32),
+                    clock.init(keys.for_purpose(key, "events")), zero, zero, zero, aux, nothing)
+    return server, clients
+
+  def round_fn(server: Server, clients: Clients, key):
+    j, t, clock_state = clock.step(keys.for_purpose(key, "events"), server.clock)
+    message = j < n
+    i = jnp.minimum(j, n - 1)
+    live = jnp.isfinite(t) & ((horizon <= 0) | (t <= horizon))
+    clients = write(clients, server.pending)
+    mine = read(clients, i)
+    staleness = server.version - mine.recv_version
+    event_staleness = server.round - mine.recv_round
+
+    if lagged:
+      x_loc = mine.x_recv
+    else:
+      x_loc, loss = train(mine.x_recv, i, mine.alpha_recv, key)
+    aux, memory = method.ingest(server.aux, mine.memory, x_loc, mine.x_recv, staleness)
+    aux = select(message, aux, server.aux)
+    messages = server.messages + message
+    count = server.count + message
+    alpha = alpha0 * jnp.power((messages + 1).astype(jnp.float32), -lr_power)
+
+    agg = ~message if poisson else count >= delta
+    params, aux = select(agg, method.aggregate(server.params, aux, count),
+                         (server.params, aux))
+    version = server.version + agg
+    count = jnp.where(agg, 0, count)
+    sent, sent_version = (params, version) if send_after else (server.params, server.version)
+    if lagged:
+      sent, loss = train(sent, i, alpha, key)
+
+    row = Clients(sent, alpha, sent_version, server.round, memory)
+    row = select(live & message, row, mine)
+    new = Server(params, server.round, t, clock_state, count, version, messages, aux,
+                 Pending(i, row))
+    server = select(live, new, server)._replace(round=server.round + 1)
+
+    applied = (live & message).astype(jnp.float32)
+    metrics = {
+        "cum_time": server.time,
+        "cum_aggregations": server.version.astype(jnp.float32),
+        "cum_messages": server.messages.astype(jnp.float32),
+        "staleness": applied * staleness.astype(jnp.float32),
+        "event_staleness": applied * event_staleness.astype(jnp.float32),
+        "client_loss": applied * loss,
+        "alpha": alpha,
+    }
+    return server, clients, metrics
+
+  return FederatedAlgorithm(init, round_fn)
