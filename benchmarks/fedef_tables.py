@@ -238,8 +238,9 @@ def plot(path: str, setting: dict, pick: dict, x: str, title: str) -> None:
             else np.asarray(rec["rounds"]))
       label = f"{column} ({level})" if x == "bits" else level
       style = dict(lw=2 if column == "Full-precision" else 1.2)
-      axes[0].plot(xs, rec["acc"], label=label, **style)
-      axes[1].plot(xs, rec["train_loss"], label=label, **style)
+      keep = xs > 0 if x == "bits" else np.ones(xs.shape, bool)  # round 0 sent no bits
+      axes[0].plot(xs[keep], np.asarray(rec["acc"])[keep], label=label, **style)
+      axes[1].plot(xs[keep], np.asarray(rec["train_loss"])[keep], label=label, **style)
   for ax, ylabel in zip(axes, ("test accuracy (%)", "training loss")):
     ax.set_ylabel(ylabel + ", seed mean")
     ax.set_xlabel("uplink bits per participating client" if x == "bits" else "round")
