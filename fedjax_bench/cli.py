@@ -238,20 +238,16 @@ _POSITIVE = ("async_delta", "async_rate", "async_min_rate", "projection_radius",
              "client_lr_decay_rounds", "availability_period", "fedau_k", "f3ast_beta")
 for _name in _POSITIVE:
   flags.register_validator(_name, lambda v: v is None or v > 0, f"--{_name} must be positive")
-flags.register_validator("local_epochs", lambda v: v >= 0, "--local_epochs must be >= 0")
+_NON_NEGATIVE = ("local_epochs", "fedawe_clip", "f3ast_budget", "ef_restart_after",
+                 "ef_restart_from", "final_window", "l2", "async_delay_shape", "sim_time",
+                 "async_rate_std", "async_agg_rate", "area_lr_power")
+for _name in _NON_NEGATIVE:
+  flags.register_validator(_name, lambda v: v >= 0, f"--{_name} must be >= 0")
 flags.register_validator("client_width", lambda v: v >= -1, "--client_width must be >= -1")
-flags.register_validator("fedawe_clip", lambda v: v >= 0, "--fedawe_clip must be >= 0")
-flags.register_validator("f3ast_budget", lambda v: v >= 0, "--f3ast_budget must be >= 0")
 for _name in ("compress_k", "down_compress_k"):
   flags.register_validator(_name, lambda v: 0 < v <= 1, f"--{_name} must be in (0, 1]")
 for _name in ("stoc_bits", "down_stoc_bits"):
   flags.register_validator(_name, lambda v: v >= 1, f"--{_name} must be >= 1")
-for _name in ("ef_restart_after", "ef_restart_from"):
-  flags.register_validator(_name, lambda v: v >= 0, f"--{_name} must be >= 0")
-for _name in ("l2", "async_delay_shape", "sim_time", "async_rate_std", "async_agg_rate",
-              "area_lr_power"):
-  flags.register_validator(_name, lambda v: v >= 0, f"--{_name} must be >= 0")
-flags.register_validator("final_window", lambda v: v >= 0, "--final_window must be >= 0")
 flags.register_multi_flags_validator(
     ["algo", "participation", "clients_per_round", "num_clients"],
     lambda f: (f["participation"] != "uniform" or f["clients_per_round"] <= f["num_clients"]

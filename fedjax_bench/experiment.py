@@ -6,12 +6,12 @@ flags would give on the command line.
 """
 
 import dataclasses
-
-import numpy as np
 from typing import Callable
 
+import numpy as np
+
 from fedjax_bench import algorithms, data, models
-from fedjax_bench.core import optimum
+from fedjax_bench.core import asynchronous, optimum
 from fedjax_bench.core.task import Task, make_task
 from fedjax_bench.core.types import FederatedAlgorithm
 from fedjax_bench.data.federated import Dataset
@@ -117,8 +117,6 @@ def setup(cfg: dict, *, dataset: Dataset | None = None,
   return Experiment(dataset, task, world, hparams, build)
 
 
-ASYNC_ALGOS = algorithms.ASYNCHRONOUS
-
 # The AREA paper's setting (spec 002 §5), taken by every flag the user did not give when an
 # asynchronous algorithm runs on one of its problems.
 ASYNC_DEFAULTS = {
@@ -144,7 +142,7 @@ def with_defaults(cfg: dict, given) -> dict:
   ``given`` (the names the user set), the event count from --sim_time when --rounds is not
   given, and about 20 evaluations when --eval_every is not given."""
   algo, name = cfg["algo"], cfg["dataset"]
-  if algo not in ASYNC_ALGOS:
+  if algo not in algorithms.ASYNCHRONOUS:
     return cfg
   cfg = dict(cfg)
   for key, value in ASYNC_DEFAULTS.get(name, {}).items():
@@ -168,11 +166,8 @@ def rounds_for_horizon(cfg: dict) -> int:
   """Engine steps that cover --sim_time with room to spare (steps past it are no-ops):
   events of rate sum(lambda) (+ lambda_s), or synchronous rounds of mean length
   E[max of Delta fresh delays] for sfedavg."""
-  from fedjax_bench.sim import asynchrony
   n, horizon = cfg["num_clients"], cfg["sim_time"]
-  rates = asynchrony.client_rates(cfg["async_rates"], n, rate=cfg["async_rate"],
-                                  std=cfg["async_rate_std"], min_rate=cfg["async_min_rate"],
-                                  seed=cfg["partition_seed"])
+  rates = asynchronous.client_rates(cfg, n)
   if cfg["algo"] == "sfedavg":
     rng = np.random.default_rng(0)
     delta = min(cfg["async_delta"], n)

@@ -70,8 +70,7 @@ def build(task, world, hp: dict) -> FederatedAlgorithm:
     new = Server(jax.tree.map(jnp.add, server.params, step), server.round, t,
                  server.version + 1, server.messages + delta)
     server = asynchronous.select(live, new, server)._replace(round=server.round + 1)
-    scale = loss_scale[ids]
-    client_loss = jnp.mean(jnp.where(scale > 0, losses / jnp.where(scale > 0, scale, 1), 0))
+    client_loss = jnp.mean(asynchronous.unscaled(losses, loss_scale[ids]))
     return server, clients, {
         "cum_time": server.time,
         "cum_aggregations": server.version.astype(jnp.float32),

@@ -22,6 +22,7 @@ from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from fedjax_bench.core import keys, local, rounds
@@ -109,14 +110,7 @@ def make_clock(world, hp: dict, *, aggregation: bool | None = None) -> asynchron
                        f"({'with' if world.clock.has_aggregation else 'without'} "
                        "aggregation events)")
     return world.clock
-  rates = asynchrony.client_rates(
-      hp.get("async_rates", "uniform"), world.num_clients,
-      rate=rounds.static_float(hp, "async_rate", 10.0),
-      std=rounds.static_float(hp, "async_rate_std", 5.0),
-      min_rate=rounds.static_float(hp, "async_min_rate", 0.5),
-      seed=rounds.static_int(hp, "partition_seed", 0))
-  if not (rates > 0).all():
-    raise UsageError("client rates must be positive: check --async_rate, --async_min_rate")
+  rates = client_rates(hp, world.num_clients)
   agg_rate = None
   if poisson:
     # 0 (default): the count rule's mean rate, sum(lambda) / Delta.
@@ -125,6 +119,24 @@ def make_clock(world, hp: dict, *, aggregation: bool | None = None) -> asynchron
   shape = rounds.static_float(hp, "async_delay_shape", 0.0)
   return asynchrony.renewal(rates, hp.get("async_delay", "exponential"),
                             shape=shape if shape > 0 else None, agg_rate=agg_rate)
+
+
+def client_rates(hp: dict, n: int) -> np.ndarray:
+  """lambda_i from the async_* hyperparameters (drawn from partition_seed)."""
+  rates = asynchrony.client_rates(
+      hp.get("async_rates", "uniform"), n,
+      rate=rounds.static_float(hp, "async_rate", 10.0),
+      std=rounds.static_float(hp, "async_rate_std", 5.0),
+      min_rate=rounds.static_float(hp, "async_min_rate", 0.5),
+      seed=rounds.static_int(hp, "partition_seed", 0))
+  if not (rates > 0).all():
+    raise UsageError("client rates must be positive: check --async_rate, --async_min_rate")
+  return rates
+
+
+def unscaled(loss, weight):
+  """A loss reported without its data weight (0 for a client with no data)."""
+  return jnp.where(weight > 0, loss / jnp.where(weight > 0, weight, 1), 0.0)
 
 
 def data_weights(task, hp: dict) -> jax.Array:
@@ -198,7 +210,7 @@ def local_sgd(task, world, hp: dict) -> Callable:
         task.offsets[i], task.counts[i], world.client_steps[i], x=task.x, y=task.y,
         loss_fn=lambda *args: w * loss_fn(*args), opt=client_optimizer(alpha, project),
         spec=spec, max_count=task.max_count)
-    return new, jnp.where(w > 0, loss / jnp.where(w > 0, w, 1), 0.0)
+    return new, unscaled(loss, w)
 
   return train
 
