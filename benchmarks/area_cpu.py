@@ -24,12 +24,18 @@ value or a final gap above the initial one on any seed; ties within 0.01 decade 
 larger alpha). The flags --num_clients, --partition, --alpha (Dirichlet), --local_steps,
 --async_rates, --async_rate_std, --sim_time, --batch_size, --seeds of the main CLI apply.
 
+Confirmation at the paper's scale: --chosen_from=DIR runs, per method, only the alpha the
+grid in DIR chose for the same setting (any horizon), e.g. with --seeds=10 --sim_time=20
+--out=results/area/seeds10; --refine=area,fedbuff adds 0.3x and 3x that alpha for the
+methods named, and the same rule picks again among the three.
+
 Each (setting, method) grid run is cached in <out>/runs/<setting>_<method>.json and
 skipped on a rerun with the same config; per setting the script writes <out>/<setting>.md
 (tables, claims), <out>/<setting>.json and <out>/<setting>.png. The cross-setting claims
 (S-FedAvg uniform vs normal rates, AREA's rank against n, K = 50 vs K = 1) are written
-to <out>/cross_claims.md from whatever settings have been run. Exit status 1 if a claim
-fails.
+to <out>/cross_claims.md from whatever settings have been run; `figure()` maps a setting
+to the paper's figure (n = 128 / 4, Dirichlet / iid, K = 1 / 50: Figs. 1, 2, 5-10) and
+`cross_claims` holds the §6.3 claims of each. Exit status 1 if a claim fails.
 """
 
 import json
@@ -67,9 +73,15 @@ MNIST_GRID_SMALL = {"area": [0.1, 1.0, 10.0, 100.0, 1000.0],
                     "asfedavg": [0.1, 1.0, 10.0, 100.0],
                     "mifa_async": [0.1, 1.0, 10.0],
                     "sfedavg": [0.1, 1.0, 10.0, 100.0]}
-# K = 50 (Figs. 2, 8) costs ~50x per event: two points per method around the K = 1 choice.
-MNIST_GRID_K50 = {"area": [100.0, 1000.0], "fedbuff": [1.0, 10.0], "asfedavg": [10.0, 100.0],
-                  "mifa_async": [0.1, 1.0], "sfedavg": [10.0, 100.0]}
+# K = 50 (Figs. 2, 8) costs ~50x per event: four or five points per method, half decades where a
+# first two-point grid ({100, 1000}, {1, 10}, {10, 100}, {0.1, 1}, {10, 100}) left the
+# choice on an edge.
+MNIST_GRID_K50 = {"area": [30.0, 100.0, 300.0, 1000.0], "fedbuff": [0.1, 0.3, 1.0, 3.0, 10.0],
+                  "asfedavg": [10.0, 100.0, 300.0, 1000.0],
+                  "mifa_async": [0.03, 0.1, 0.3, 1.0], "sfedavg": [10.0, 100.0, 300.0, 1000.0]}
+# n = 4 with K = 50 (Figs. 6, 10): half decades below the K = 1 choice (1 for every method).
+MNIST_GRID_SMALL_K50 = {a: [0.1, 0.3, 1.0, 3.0] for a in METHODS}
+MNIST_GRID_SMALL_K50["fedbuff"] = [0.03] + MNIST_GRID_SMALL_K50["fedbuff"]  # 0.1 was its edge
 QUAD_GRID = [float(f"{m}e{e}") for e in (-7, -6, -5) for m in (1, 2, 5, 7)]
 # MIFA's best alpha sat on the spec grid's lower edge (1e-7): extended down by a decade.
 QUAD_GRID = {a: ([1e-8, 2e-8, 5e-8] if a == "mifa_async" else []) + QUAD_GRID for a in METHODS}
@@ -82,12 +94,20 @@ flags.DEFINE_list("alphas", [], "Stepsize grid for every method (default: per me
                   "MNIST_GRID or QUAD_GRID).")
 flags.DEFINE_integer("evals", 40, "About this many evaluations over [0, T].")
 flags.DEFINE_string("out", "results/area", "Where the tables, JSON and plots go.")
+flags.DEFINE_string("chosen_from", "", "Confirmation mode: a directory holding an earlier "
+                    "grid run of the same setting (any horizon); each method runs only the "
+                    "alpha chosen there, with --seeds (e.g. 0,...,9) and --sim_time.")
+flags.DEFINE_list("refine", [], "With --chosen_from: methods that also run 0.3x and 3x their "
+                  "chosen alpha (half decades); the same rule then picks among the three.")
 flags.DEFINE_bool("render_only", False, "Rebuild tables, claims and plots from the cached "
                   "runs instead of running.")
 FLAGS = flags.FLAGS
+# Only asynchronous methods run here (--methods); with the CLI's default --algo=fedavg the
+# synchronous participation checks would reject --num_clients=4.
+FLAGS.set_default("algo", "area")
 
 PASSTHROUGH = ("num_clients", "partition", "alpha", "local_steps", "async_rates",
-               "async_rate_std", "sim_time", "batch_size", "async_delta")
+               "async_rate_std", "sim_time", "batch_size", "async_delta", "partition_seed")
 
 
 def log(msg):
@@ -259,64 +279,95 @@ def mnist_claims(an: dict, cfg: dict) -> list[dict]:
   return out
 
 
+def figure(name: str) -> int | None:
+  """The paper's figure for a setting name like mnist_n128_dir0.1_K1_uniform_T10."""
+  if not name.startswith("mnist_n"):
+    return None
+  big = int(name[len("mnist_n"):].split("_")[0]) > 16
+  return {(True, False, False): 1, (True, False, True): 2, (False, False, False): 5,
+          (False, False, True): 6, (True, True, False): 7, (True, True, True): 8,
+          (False, True, False): 9, (False, True, True): 10}[
+              big, "_iid_" in name, "_K50_" in name]
+
+
 def cross_claims(analyses: dict) -> list[dict]:
-  """Claims across settings run so far: names like mnist_n128_dir0.1_K1_uniform_T5."""
+  """Claims of §6.3 per figure, from the settings run so far (some compare two settings)."""
   out = []
 
+  def ok(name):
+    return {a: e for a, e in analyses[name].items() if a in METHODS and e["chosen"] is not None}
+
   def final_gap(name, algo):
-    e = analyses[name].get(algo)
-    if not e or e["chosen"] is None:
-      return None
-    return float(np.asarray(e["optimality_gap"]["mean"])[-1])
+    e = ok(name).get(algo)
+    return None if e is None else float(np.asarray(e["optimality_gap"]["mean"])[-1])
+
+  def final_acc(name, algo):
+    e = ok(name).get(algo)
+    return None if e is None else float(np.asarray(e["test_accuracy"]["mean"])[-1])
 
   def score(name, algo):
-    e = analyses[name].get(algo)
-    return None if not e or e["chosen"] is None else min(
-        s for s, d in zip(e["score"], e["diverged"]) if not d)
+    e = ok(name).get(algo)
+    return None if e is None else min(s for s, d in zip(e["score"], e["diverged"]) if not d)
 
-  for name in analyses:
+  def ranking(name, value, higher_better=False):
+    """{algo: value}, {algo: rank (1 = best)} over the methods with a chosen alpha."""
+    vals = {a: value(name, a) for a in ok(name)}
+    sign = -1 if higher_better else 1
+    return vals, {a: 1 + sum(sign * w < sign * v for w in vals.values()) for a, v in vals.items()}
+
+  def twin(name, old, new):
+    """The same setting with `old` replaced by `new` in its name, at any horizon."""
+    stem = name.replace(old, new).split("_T")[0]
+    found = [m for m in analyses if m.split("_T")[0] == stem]
+    return found[0] if found else None
+
+  def listing(vals, fmt):
+    return ", ".join(f"{LABELS[a]} {vals[a]:{fmt}}" for a in sorted(vals, key=vals.get))
+
+  def k50_plateau(name):
+    k1 = twin(name, "_K50_", "_K1_")
+    if not k1 or "area" not in ok(k1):
+      return []
+    tk = analyses[name]["area"]["time"][-1]
+    g1, g50 = at(analyses[k1]["area"], "optimality_gap", tk), final_gap(name, "area")
+    return [claim(f"Fig. 2: AREA's K = 50 loss plateau is above its K = 1 gap at the same "
+                  f"time ({name})", g50 > g1, f"K=50 {g50:.2e} vs K=1 {g1:.2e} at t = {tk:g}")]
+
+  for name in sorted(analyses):
+    fig = figure(name)
+    if fig is None or "area" not in ok(name):
+      continue
     if "_uniform_" in name:
-      other = name.replace("_uniform_", "_normal_")
-      if other in analyses and score(name, "sfedavg") is not None and score(other, "sfedavg") is not None:
+      other = twin(name, "_uniform_", "_normal_")
+      if other and score(name, "sfedavg") is not None and score(other, "sfedavg") is not None:
         su, sn = score(name, "sfedavg"), score(other, "sfedavg")
         gu, gn = final_gap(name, "sfedavg"), final_gap(other, "sfedavg")
-        out.append(claim(f"Figs. 1/5/9: S-FedAvg with N(10,5) rates is worse than with uniform rates "
-                         f"({name} vs normal): higher time-averaged log gap and final gap",
+        out.append(claim(f"Figs. 1/5/9: S-FedAvg with N(10,5) rates is worse than with uniform "
+                         f"rates ({name} vs normal): higher time-averaged log gap and final gap",
                          sn > su and gn > gu,
                          f"score {su:.3f} -> {sn:.3f} decades, final gap {gu:.2e} -> {gn:.2e}"))
-
-  def rank(name):
-    gaps = {a: final_gap(name, a) for a in METHODS}
-    gaps = {a: g for a, g in gaps.items() if g is not None}
-    if "area" not in gaps:
-      return None, gaps
-    return 1 + sum(g < gaps["area"] for g in gaps.values()), gaps
-
-  for name in analyses:
-    if name.startswith("mnist_n4_"):
-      r4, gaps = rank(name)
-      if r4 is None:
-        continue
+    if len(ok(name)) < 2:  # e.g. AREA alone over a longer horizon: only the K = 50 vs K = 1 claim
+      if fig == 2:
+        out += k50_plateau(name)
+      continue
+    gaps, grank = ranking(name, final_gap)
+    accs, arank = ranking(name, final_acc, higher_better=True)
+    scores, srank = ranking(name, score)
+    if fig == 5:
       best = min(gaps, key=gaps.get)
-      out.append(claim(f"Fig. 5: at n = 4 AREA is not the best method ({name})", r4 > 1,
-                       f"AREA rank {r4} of {len(gaps)} by final gap; best {LABELS[best]} "
-                       f"{gaps[best]:.2e}, AREA {gaps['area']:.2e}"))
-      stem = name.replace("mnist_n4_", "mnist_n128_").split("_T")[0]
-      bigs = [m for m in analyses if m.split("_T")[0] == stem]  # any horizon
-      if bigs:
-        big = bigs[0]
-        r128, _ = rank(big)
+      out.append(claim(f"Fig. 5: at n = 4 AREA is not the best method ({name})", grank["area"] > 1,
+                       f"AREA rank {grank['area']} of {len(gaps)} by final gap; best "
+                       f"{LABELS[best]} {gaps[best]:.2e}, AREA {gaps['area']:.2e}"))
+      big = twin(name, "mnist_n4_", "mnist_n128_")
+      if big and "area" in ok(big):
+        r128 = ranking(big, final_gap)[1]["area"]
         out.append(claim(f"Fig. 5 vs 1: AREA's rank improves from n = 4 to n = 128 ({name} "
-                         f"vs {big})", r128 is not None and r128 < r4,
-                         f"rank {r4} (n=4) -> {r128} (n=128)"))
-    if "_iid_K1_" in name:
-      r, gaps = rank(name)
-      if r is None or "fedbuff" not in gaps:
-        continue
+                         f"vs {big})", r128 < grank["area"],
+                         f"rank {grank['area']} (n=4) -> {r128} (n=128)"))
+    if fig == 7 and "fedbuff" in gaps:
       top2 = sorted(gaps, key=gaps.get)[:2]
       out.append(claim(f"Fig. 7: AREA and FedBuff are the two best by final gap ({name})",
-                       set(top2) == {"area", "fedbuff"},
-                       ", ".join(f"{LABELS[a]} {gaps[a]:.2e}" for a in sorted(gaps, key=gaps.get))))
+                       set(top2) == {"area", "fedbuff"}, listing(gaps, ".2e")))
       band = {}
       for a in ("area", "fedbuff"):
         e = analyses[name][a]["optimality_gap"]
@@ -325,24 +376,47 @@ def cross_claims(analyses: dict) -> list[dict]:
       out.append(claim(f"Fig. 7: AREA's min-max band (second half, decades) is tighter than "
                        f"FedBuff's ({name})", band["area"] < band["fedbuff"],
                        f"AREA {band['area']:.3f}, FedBuff {band['fedbuff']:.3f}"))
-    if "_K50_" in name:
-      e = {a: analyses[name][a] for a in METHODS if a in analyses[name]
-           and analyses[name][a]["chosen"] is not None}
-      if "area" in e and len(e) > 1:
-        err = {a: float(np.mean(1 - np.asarray(x["test_accuracy"]["mean"]))) for a, x in e.items()}
-        out.append(claim(f"Fig. 2: AREA has the lowest time-averaged test error (fastest "
-                         f"test-accuracy curve) with K = 50 ({name})",
-                         min(err, key=err.get) == "area",
-                         ", ".join(f"{LABELS[a]} {v:.4f}" for a, v in err.items())))
-        base = name.replace("_K50_", "_K1_")
-        k1 = [n for n in analyses if n.split("_T")[0] == base.split("_T")[0]]
-        if k1 and analyses[k1[0]].get("area", {}).get("chosen") is not None:
-          tk = analyses[name]["area"]["time"][-1]
-          g1 = at(analyses[k1[0]]["area"], "optimality_gap", tk)
-          g50 = float(np.asarray(e["area"]["optimality_gap"]["mean"])[-1])
-          out.append(claim(f"Fig. 2: AREA's K = 50 loss plateau is above its K = 1 gap at the "
-                           f"same time ({name})", g50 > g1,
-                           f"K=50 {g50:.2e} vs K=1 {g1:.2e} at t = {tk:g}"))
+    if fig == 9:
+      keep = {a: g for a, g in gaps.items() if not (a == "sfedavg" and "_normal_" in name)}
+      spread = max(keep.values()) / min(keep.values())
+      out.append(claim(f"Fig. 9: at n = 4 with iid data all methods are comparable (final gaps "
+                       f"within 2x{', S-FedAvg aside' if '_normal_' in name else ''}) ({name})",
+                       spread <= 2, f"max/min {spread:.2f}: " + listing(keep, ".2e")))
+    if fig == 2:
+      err = {a: float(np.mean(1 - np.asarray(e["test_accuracy"]["mean"]))) for a, e in ok(name).items()}
+      out.append(claim(f"Fig. 2: AREA has the lowest time-averaged test error (fastest "
+                       f"test-accuracy curve) with K = 50 ({name})",
+                       min(err, key=err.get) == "area", listing(err, ".4f")))
+      out += k50_plateau(name)
+    if fig == 6:
+      second = sorted(accs, key=accs.get, reverse=True)[1]
+      out.append(claim(f"Fig. 6: AREA has the best final test accuracy, S-FedAvg the second "
+                       f"({name})", arank["area"] == 1 and second == "sfedavg",
+                       listing(accs, ".4f")))
+    if fig == 8:
+      order = sorted(scores, key=scores.get)
+      out.append(claim(f"Fig. 8: with K = 50 AS-FedAvg converges fastest, AREA second "
+                       f"(time-averaged log gap) ({name})", order[:2] == ["asfedavg", "area"],
+                       listing(scores, ".3f")))
+      out.append(claim(f"Fig. 8: AREA stays in a larger neighbourhood than the best method "
+                       f"(final gap not the lowest) ({name})", grank["area"] > 1,
+                       listing(gaps, ".2e")))
+    if fig in (6, 8, 10):
+      k1 = twin(name, "_K50_", "_K1_")
+      if k1 and "area" in ok(k1):
+        r1 = ranking(k1, final_gap)[1]
+        moved = {a: (r1[a], grank[a]) for a in grank if a in r1}
+        if fig in (8, 10) and "asfedavg" in moved:
+          out.append(claim(f"Figs. 8/10: local steps boost AS-FedAvg: its rank by final gap "
+                           f"improves from K = 1 to K = 50 ({name})",
+                           moved["asfedavg"][1] < moved["asfedavg"][0],
+                           f"rank {moved['asfedavg'][0]} -> {moved['asfedavg'][1]}"))
+        if fig in (6, 10) and {"fedbuff", "mifa_async"} <= set(moved):
+          out.append(claim(f"Figs. 6/10: local steps destabilize FedBuff and MIFA: both lose "
+                           f"rank by final gap from K = 1 to K = 50 ({name})",
+                           all(moved[a][1] > moved[a][0] for a in ("fedbuff", "mifa_async")),
+                           ", ".join(f"{LABELS[a]} {moved[a][0]} -> {moved[a][1]}"
+                                     for a in ("fedbuff", "mifa_async"))))
   return out
 
 
@@ -469,6 +543,29 @@ def grid_for(algo, default):
   return default[algo] if isinstance(default, dict) else list(default)
 
 
+def grid_from(name: str, algo: str) -> list[float]:
+  """--chosen_from: the alpha chosen for algo in the same setting there (longest horizon)."""
+  stem = name.split("_T")[0] + "_T"
+  found = [f for f in os.listdir(FLAGS.chosen_from) if f.startswith(stem) and f.endswith(".json")]
+  if not found:
+    raise SystemExit(f"--chosen_from={FLAGS.chosen_from}: no {stem}*.json there; run the grid "
+                     "of this setting first (without --chosen_from)")
+  best = max(found, key=lambda f: float(f[len(stem):-len(".json")]))
+  chosen = json.load(open(os.path.join(FLAGS.chosen_from, best)))["analysis"][algo]["chosen"]
+  if chosen is None:
+    raise SystemExit(f"{best}: every alpha of {algo} diverged; nothing to confirm")
+  if algo in FLAGS.refine:
+    return [float(f"{0.3 * chosen:.3g}"), chosen, float(f"{3 * chosen:.3g}")]
+  return [chosen]
+
+
+def mnist_grid(cfg: dict, algo: str) -> list[float]:
+  big, k50 = cfg["num_clients"] > 16, cfg["local_steps"] > 1
+  return grid_for(algo, {(True, False): MNIST_GRID, (True, True): MNIST_GRID_K50,
+                         (False, False): MNIST_GRID_SMALL,
+                         (False, True): MNIST_GRID_SMALL_K50}[big, k50])
+
+
 def mnist(seeds) -> list[dict]:
   ov = overrides({})
   analyses, claims = {}, []
@@ -477,8 +574,7 @@ def mnist(seeds) -> list[dict]:
     cfg = make_cfg("mnist", algo, ov)
     name = setting_name(cfg)
     cache = os.path.join(FLAGS.out, "runs", f"{name}_{algo}.json")
-    alphas = grid_for(algo, MNIST_GRID_K50 if cfg["local_steps"] > 1 and cfg["num_clients"] > 16
-                      else MNIST_GRID if cfg["num_clients"] > 16 else MNIST_GRID_SMALL)
+    alphas = grid_from(name, algo) if FLAGS.chosen_from else mnist_grid(cfg, algo)
     log(f"{name} {algo}: alphas {alphas}, seeds {seeds}, {cfg['rounds']} steps")
     runs[algo] = run_grid(cfg, alphas, seeds, cache,
                           ("optimality_gap", "test_accuracy", "train_loss"))

@@ -50,13 +50,14 @@ def find(task: Task, *, cache_dir: str | None = None, use_cache: bool = True,
   key = cache_key(task, tol=tol, max_iter=max_iter)
   path = cache_path(key, cache_dir)
   cached, corrupt = _read(path, key, task)
+  shown = _home_relative(path)  # logs get committed; keep user names out of them
   if cached is not None:
     if verbose:
-      print(f"f*={cached.f_star:.10g}, |grad|={cached.grad_norm:.1e} (cached in {path})",
+      print(f"f*={cached.f_star:.10g}, |grad|={cached.grad_norm:.1e} (cached in {shown})",
             flush=True)
     return cached
   if corrupt and verbose:
-    print(f"the cached optimum {path} is corrupt; recomputing", flush=True)
+    print(f"the cached optimum {shown} is corrupt; recomputing", flush=True)
   opt = solve(task, tol=tol, max_iter=max_iter, verbose=verbose)
   _write(path, key, opt)
   return opt
@@ -154,6 +155,11 @@ def closed_form(task: Task) -> Optimum | None:
 
 
 # --- the cache ------------------------------------------------------------------------
+
+def _home_relative(path) -> str:
+  path, home = str(path), os.path.expanduser("~")
+  return "~" + path[len(home):] if path.startswith(home + os.sep) else path
+
 
 def cache_key(task: Task, **solver_options) -> dict:
   """What f* depends on: the training examples as a multiset (row order, hence the
