@@ -232,15 +232,41 @@ flags.DEFINE_string("data_dir", None, "TFDS data dir (default $TFDS_DATA_DIR, th
 flags.DEFINE_string("cache_dir", None, "Converted-dataset cache (default $FEDJAX_BENCH_CACHE, "
                     "then ~/.cache/fedjax_bench).", module_name=_MODULE)
 
+# --- issue 6: loss-aware aggregation (spec 003_hetero_agg) ---------------------------------
+flags.DEFINE_integer("fedmax_k", 10, "fedmax_k: uniform weight on the k clients with the "
+                     "largest loss at the global model.", module_name=_MODULE)
+flags.DEFINE_float("softmax_beta", 1.0, "fedsoftmax: alpha_i ∝ p_i exp(beta * loss_i) "
+                   "(beta = 1/T; 0 is FedAvg with alpha = p).", module_name=_MODULE)
+flags.DEFINE_float("softmax_temperature", 0.0, "fedsoftmax: the paper's temperature T; if > 0, "
+                   "--softmax_beta = 1/T.", module_name=_MODULE)
+flags.DEFINE_float("alpha_floor", 0.0, "fedmax, fedmax_k, fedsoftmax: alpha <- (1 - eps) "
+                   "alpha + eps p, so every client keeps at least eps of its p (spec §4.5).",
+                   module_name=_MODULE)
+flags.DEFINE_float("lr_decay_per_round", 1.0, "Synchronous algorithms: the client learning "
+                   "rate of round t is multiplied by this^t, on top of --client_lr_schedule "
+                   "(the FedSoftMax paper: 0.99).", module_name=_MODULE)
+flags.DEFINE_bool("record_alpha", False, "fedmax, fedmax_k, fedsoftmax: report every client's "
+                  "aggregation weight each round (metrics alpha_0000, alpha_0001, ...).",
+                  module_name=_MODULE)
+flags.DEFINE_integer("shard_size", 0, "--partition=noniid|very_noniid|iid_unbalanced: examples "
+                     "per label shard (0: 60, 100, 60).", module_name=_MODULE)
+flags.DEFINE_integer("pool_size", 10000, "--partition=noniid|very_noniid|iid_unbalanced: a "
+                     "seeded random subset of this many training examples is partitioned "
+                     "(0: all).", module_name=_MODULE)
+flags.register_validator("alpha_floor", lambda v: 0 <= v <= 1, "--alpha_floor must be in [0, 1]")
+# --- end issue 6 ----------------------------------------------------------------------------
+
 _POSITIVE = ("async_delta", "async_rate", "async_min_rate", "projection_radius",
              "num_clients", "clients_per_round", "rounds", "batch_size", "eval_every",
              "shards_per_client", "client_lr", "server_lr", "alpha", "local_steps",
-             "client_lr_decay_rounds", "availability_period", "fedau_k", "f3ast_beta")
+             "client_lr_decay_rounds", "availability_period", "fedau_k", "f3ast_beta",
+             "fedmax_k", "lr_decay_per_round")  # issue 6
 for _name in _POSITIVE:
   flags.register_validator(_name, lambda v: v is None or v > 0, f"--{_name} must be positive")
 _NON_NEGATIVE = ("local_epochs", "fedawe_clip", "f3ast_budget", "ef_restart_after",
                  "ef_restart_from", "final_window", "l2", "async_delay_shape", "sim_time",
-                 "async_rate_std", "async_agg_rate", "area_lr_power")
+                 "async_rate_std", "async_agg_rate", "area_lr_power",
+                 "softmax_beta", "softmax_temperature", "shard_size", "pool_size")  # issue 6
 for _name in _NON_NEGATIVE:
   flags.register_validator(_name, lambda v: v >= 0, f"--{_name} must be >= 0")
 flags.register_validator("client_width", lambda v: v >= -1, "--client_width must be >= -1")

@@ -10,6 +10,9 @@ import time
 import pytest
 
 from conftest import REPO, shared_tfds_dir
+from fedjax_bench.algorithms import ALGORITHMS  # the enums follow the registries (issue 6)
+from fedjax_bench.data import PARTITIONS
+from fedjax_bench.models import MODELS
 
 RUN = str(REPO / "benchmarks" / "run.py")
 
@@ -21,10 +24,10 @@ def _run(args, tmp_path, env=None, timeout=600):
 
 
 @pytest.mark.parametrize("args,message", [
-    (["--algo=fedbogus"], "--algo=fedbogus: value should be one of <area|asfedavg|f3ast|fedams|fedau|fedavg|fedavg_all|fedavg_known|fedawe|fedbuff|fedef_ams|fedef_sgd|fedsgd|fedvarp|mifa|mifa_async|sfedavg>"),
+    (["--algo=fedbogus"], "--algo=fedbogus: value should be one of <" + "|".join(sorted(ALGORITHMS)) + ">"),
     (["--dataset=imagenet"], "value should be one of <synthetic|mnist|fmnist|toyfl|svhn|cifar10|cinic10|quadratic>"),
-    (["--model=resnet9000"], "value should be one of <logreg|mlp|cnn|cnn_svhn|cnn_cifar10|cnn_cinic10|cnn_mnist|linear>"),
-    (["--partition=random"], "value should be one of <iid|dirichlet|shards>"),
+    (["--model=resnet9000"], "value should be one of <" + "|".join(MODELS) + ">"),
+    (["--partition=random"], "value should be one of <" + "|".join(PARTITIONS) + ">"),
     (["--server_opt=lion"], "sgd|momentum|adam|yogi|amsgrad"),
     (["--no_such_flag=1"], "Unknown command line flag 'no_such_flag'"),
     (["--clients_per_round=11", "--num_clients=10"], "must not exceed --num_clients"),
@@ -161,3 +164,35 @@ def test_async_algorithm_on_the_quadratic_uses_its_paper_defaults(algo, tmp_path
   assert 1.9 < last <= 2.0, last  # the run covers the horizon and stops at it
   gap = [float(r["optimality_gap"]) for r in rows]
   assert gap[-1] < 0.5 * gap[0], gap
+
+
+# --- issue 6: loss-aware aggregation ----------------------------------------------------------
+
+@pytest.mark.parametrize("args,message", [
+    (["--algo=fedmax_k", "--fedmax_k=0"], "--fedmax_k must be positive"),
+    (["--algo=fedmax_k", "--fedmax_k=11", "--num_clients=10", "--participation=full"],
+     "--fedmax_k=11 must be between 1 and --num_clients=10"),
+    (["--algo=fedsoftmax", "--softmax_beta=-1"], "--softmax_beta must be >= 0"),
+    (["--algo=fedsoftmax", "--softmax_beta=2", "--softmax_temperature=5"],
+     "give --softmax_beta or --softmax_temperature, not both"),
+    (["--algo=fedmax", "--alpha_floor=1.5"], "--alpha_floor must be in [0, 1]"),
+])
+def test_hetero_agg_bad_input_is_one_line_and_exit_2(args, message, tmp_path):
+  r = _run([*args, f"--output_dir={tmp_path / 'out'}", "--rounds=1"], tmp_path)
+  assert r.returncode == 2, (r.returncode, r.stderr[-2000:])
+  lines = [l for l in r.stderr.splitlines() if l.strip()]
+  assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], r.stderr
+
+
+def test_fedsoftmax_records_alpha_and_skew(tmp_path):
+  out = tmp_path / "soft"
+  r = _run(["--algo=fedsoftmax", "--num_clients=6", "--participation=full", "--rounds=2",
+            "--eval_every=1", "--local_epochs=1", "--record_alpha", "--seeds=2",
+            f"--output_dir={out}"], tmp_path)
+  assert r.returncode == 0, r.stderr[-2000:]
+  rows = list(csv.DictReader((out / "metrics.csv").open()))
+  last = [row for row in rows if row["round"] == "2"]
+  for row in last:
+    alpha = [float(row[f"alpha_{i:04d}"]) for i in range(6)]
+    assert abs(sum(alpha) - 1) < 1e-5 and min(alpha) > 0
+    assert float(row["rho"]) >= 1 - 1e-5 and float(row["alpha_p_l1"]) > 0

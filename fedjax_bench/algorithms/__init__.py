@@ -3,6 +3,7 @@
 from fedjax_bench.algorithms import (area, asfedavg, f3ast, fedau, fedavg, fedavg_all,
                                      fedavg_known, fedawe, fedbuff, fedef, fedvarp, mifa,
                                      mifa_async, sfedavg)
+from fedjax_bench.algorithms import fedmax, fednova  # issue 6
 from fedjax_bench.errors import UsageError
 
 ALGORITHMS = {
@@ -24,6 +25,11 @@ ALGORITHMS = {
     "asfedavg": asfedavg,
     "mifa_async": mifa_async,
     "sfedavg": sfedavg,
+    # Loss-aware aggregation (issue 6, spec 003): weights from the losses at the global model.
+    "fedmax": fedmax.fedmax,
+    "fedmax_k": fedmax.fedmax_k,
+    "fedsoftmax": fedmax.fedsoftmax,
+    "fednova": fednova,
 }
 # Driven by client update rates, not by --participation.
 ASYNCHRONOUS = ("area", "fedbuff", "asfedavg", "mifa_async", "sfedavg")

@@ -44,10 +44,13 @@ def load(name: str, *, num_clients: int, partition: str | None = None,
          synthetic_alpha: float = 1.0, synthetic_beta: float = 1.0,
          synthetic_max_examples_per_client: int | None = None,
          toyfl_num_train: int = 20000, toyfl_num_test: int = 5000,
-         quadratic_variant: str = "heterogeneous") -> Dataset:
+         quadratic_variant: str = "heterogeneous", shard_size: int = 0,
+         pool_size: int = 10000) -> Dataset:
   """Loads dataset ``name`` split over ``num_clients`` clients.
 
   ``partition=None`` takes the dataset's default (``DEFAULT_PARTITION``, else iid).
+  ``shard_size``, ``pool_size``: the unbalanced shard partitions of issue 6
+  (``noniid``, ``very_noniid``, ``iid_unbalanced``; 0 = their defaults / all examples).
   """
   if partition is None:
     partition = DEFAULT_PARTITION.get(name, "iid")
@@ -68,19 +71,21 @@ def load(name: str, *, num_clients: int, partition: str | None = None,
                           max_examples_per_client=synthetic_max_examples_per_client)
   if name in DATASETS and name in IMAGE_SPECS:
     return _load_image(name, num_clients, partition, alpha, shards_per_client,
-                       partition_seed, data_dir, cache_dir)
+                       partition_seed, data_dir, cache_dir, shard_size, pool_size)
   raise UsageError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}")
 
 
 def _load_image(name: str, num_clients: int, partition: str, alpha: float,
                 shards_per_client: int, seed: int, data_dir: str | None,
-                cache_dir: str | None) -> Dataset:
+                cache_dir: str | None, shard_size: int = 0,
+                pool_size: int = 10000) -> Dataset:
   if partition not in PARTITIONS:  # fail before the (possibly slow) load
     raise UsageError(f"unknown partition {partition!r}; choose one of {', '.join(PARTITIONS)}")
   a = load_arrays(name, data_dir=data_dir, cache_dir=cache_dir)
   c = a["num_classes"]
   clients = make_partition(partition, a["train_y"], num_clients, seed, alpha=alpha,
-                           shards_per_client=shards_per_client, num_classes=c)
+                           shards_per_client=shards_per_client, num_classes=c,
+                           shard_size=shard_size, pool_size=pool_size)
   train = FederatedData.from_partition(a["train_x"], a["train_y"], clients)
   spec = IMAGE_SPECS[name]
   return Dataset(name=name, train=train, test_x=a["test_x"],

@@ -98,14 +98,74 @@ def shards(labels: np.ndarray, num_clients: int, shards_per_client: int,
           for i in range(num_clients)]
 
 
+# --- issue 6 (spec 003_hetero_agg §6.1): the paper's unbalanced shard partitions --------
+# Their default shard sizes (--shard_size=0); the pool is a seeded subset of the training
+# set, N * 200 = 10,000 examples in the paper's setting (spec A2).
+PAPER_SHARD_SIZES = {"noniid": 60, "very_noniid": 100, "iid_unbalanced": 60}
+
+
+def _pool(n: int, pool_size: int, rng: np.random.Generator) -> np.ndarray:
+  if 0 < pool_size < n:
+    return rng.choice(n, pool_size, replace=False)
+  return np.arange(n)
+
+
+def unbalanced_shards(labels: np.ndarray, num_clients: int, shard_size: int, seed: int,
+                      pool_size: int = 10000) -> list[np.ndarray]:
+  """Spec §6.1: the pool sorted by label (stable) and cut into contiguous shards of
+  ``shard_size`` (the remainder dropped); a random permutation gives every client one
+  shard, and the other shards go to uniformly random clients (unbalanced n_i)."""
+  labels, _ = _check_labels(labels, num_clients, None)
+  if shard_size <= 0:
+    raise UsageError(f"shard_size must be positive, got {shard_size}")
+  rng = np.random.default_rng(seed)
+  pool = _pool(labels.shape[0], pool_size, rng)
+  order = pool[np.argsort(labels[pool], kind="stable")]
+  num_shards = len(order) // shard_size
+  if num_shards < num_clients:
+    raise UsageError(f"{len(order)} pooled examples make {num_shards} shards of {shard_size}, "
+                     f"fewer than the {num_clients} clients; use a smaller --shard_size or a "
+                     "larger --pool_size")
+  cut = order[:num_shards * shard_size].reshape(num_shards, shard_size)
+  perm = rng.permutation(num_shards)
+  owner = np.empty(num_shards, np.int64)
+  owner[perm[:num_clients]] = np.arange(num_clients)
+  owner[perm[num_clients:]] = rng.integers(0, num_clients, num_shards - num_clients)
+  return [cut[owner == i].reshape(-1).astype(np.int64) for i in range(num_clients)]
+
+
+def iid_unbalanced(labels: np.ndarray, num_clients: int, shard_size: int, seed: int,
+                   pool_size: int = 10000) -> list[np.ndarray]:
+  """Spec §6.1 IID: the client sizes of ``unbalanced_shards`` with the same seed, each
+  client's label histogram proportional to the pool's (within about 2 examples).
+
+  The pool is sorted by label (shuffled within a class) and dealt out by merging the
+  clients' evenly spaced quotas (k + 1/2) / n_i, so every client's examples are spread
+  evenly over the label order."""
+  sizes = [len(c) for c in unbalanced_shards(labels, num_clients, shard_size, seed, pool_size)]
+  labels = np.asarray(labels)
+  rng = np.random.default_rng([seed, 1])
+  pool = rng.permutation(_pool(labels.shape[0], pool_size, np.random.default_rng(seed)))
+  order = pool[np.argsort(labels[pool], kind="stable")][:sum(sizes)]
+  quotas = np.concatenate([(np.arange(n) + 0.5) / n for n in sizes])
+  owner = np.repeat(np.arange(num_clients), sizes)[np.argsort(quotas, kind="stable")]
+  return [order[owner == i].astype(np.int64) for i in range(num_clients)]
+
+
 PARTITIONS: dict[str, Callable[..., list[np.ndarray]]] = {
-    "iid": iid, "dirichlet": dirichlet, "shards": shards}
+    "iid": iid, "dirichlet": dirichlet, "shards": shards,
+    "noniid": unbalanced_shards, "very_noniid": unbalanced_shards,  # issue 6
+    "iid_unbalanced": iid_unbalanced}
 
 
 def partition(name: str, labels: np.ndarray, num_clients: int, seed: int, *,
               alpha: float = 0.5, shards_per_client: int = 2,
-              num_classes: int | None = None) -> list[np.ndarray]:
+              num_classes: int | None = None, shard_size: int = 0,
+              pool_size: int = 10000) -> list[np.ndarray]:
   """Dispatches to one of ``PARTITIONS``; the arguments a partitioner does not use are ignored."""
+  if name in PAPER_SHARD_SIZES:  # issue 6
+    size = shard_size or PAPER_SHARD_SIZES[name]
+    return PARTITIONS[name](labels, num_clients, size, seed, pool_size)
   if name == "iid":
     return iid(labels, num_clients, seed)
   if name == "dirichlet":

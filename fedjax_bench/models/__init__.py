@@ -14,9 +14,11 @@ from fedjax_bench.models import small_cnn
 from fedjax_bench.models.cnn import CNN
 from fedjax_bench.models.dense import MLP, Linear, LogReg
 from fedjax_bench.models.mnist_cnn import MnistCNN
+from fedjax_bench.models.paper_cnn import PaperCNN
 from fedjax_bench.models.preprocess import as_normalize
 
 MODELS = ("logreg", "mlp", "cnn") + tuple(small_cnn.CONFIGS) + ("cnn_mnist", "linear")
+MODELS += ("paper_cnn", "paper_cnn_literal")  # issue 6 (spec 003 §6.2)
 _WITH_BIAS_OPTION = ("logreg", "linear")
 
 
@@ -49,6 +51,9 @@ def make(name: str, *, num_classes: int, is_image: bool,
       return CNN(num_classes, normalize=norm)
     if name == "cnn_mnist":
       return MnistCNN(num_classes, normalize=norm)
+    if name in ("paper_cnn", "paper_cnn_literal"):  # issue 6
+      return PaperCNN(num_classes, hidden_fc=1600 if name.endswith("literal") else 0,
+                      normalize=norm)
     return small_cnn.make(name, num_classes, norm)
   raise UsageError(f"unknown --model={name!r}; valid: {', '.join(MODELS)}")
 

@@ -1,0 +1,101 @@
+"""Aggregation weights as pure functions of the clients' losses on the global model
+(spec 003_hetero_agg §4), and the one-pass per-client loss they read.
+
+Every weight function maps (losses ℓ [N], objective weights p [N], hyperparameters) to a
+point of the simplex: α ≥ 0, Σα = 1. ``p`` is zero for clients outside the round's cohort,
+and every function keeps their α at zero.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+STRATEGIES = ("fedavg", "uniform", "fedmax", "fedmax_k", "fedsoftmax")
+
+
+def client_losses(task, params) -> jax.Array:
+  """F_i(params) for every client i: the mean loss over all of its training examples.
+
+  One forward pass over the flat example array (chunks of ``task.eval_chunk``), summed per
+  client with a segment sum: the cost is one epoch of inference, whatever the cohort.
+  Clients without examples get 0. No l2 penalty: the weights compare data fits.
+  """
+  owner = _owners(task)
+  n, chunk = task.x.shape[0], min(task.eval_chunk, task.x.shape[0])
+  pad = (-n) % chunk
+  x = jnp.concatenate([task.x, jnp.zeros((pad,) + task.x.shape[1:], task.x.dtype)])
+  y = jnp.concatenate([task.y, jnp.zeros(pad, task.y.dtype)])
+  owner = jnp.concatenate([owner, jnp.full(pad, task.num_clients, jnp.int32)])
+  shape = lambda a: a.reshape((-1, chunk) + a.shape[1:])
+
+  def one(batch):
+    xb, yb, ob = batch
+    per_example = task.pointwise_loss(task.logits(params, xb), yb)
+    return jax.ops.segment_sum(per_example, ob, num_segments=task.num_clients + 1)
+
+  sums = jnp.sum(jax.lax.map(one, (shape(x), shape(y), shape(owner))), axis=0)
+  counts = task.counts.astype(jnp.float32)
+  return sums[:task.num_clients] / jnp.maximum(counts, 1.0)
+
+
+def _owners(task) -> jax.Array:
+  """[num_examples] int32: the client of each row of the flat layout (host-side, static)."""
+  counts = np.asarray(task.counts)
+  return jnp.asarray(np.repeat(np.arange(len(counts), dtype=np.int32), counts))
+
+
+def fedavg(losses, p, **_):
+  """Generalised FedAvg: α = p (renormalised over the cohort)."""
+  del losses
+  return p / jnp.sum(p)
+
+
+def uniform(losses, p, **_):
+  """α_i = 1/|cohort| (not in the paper, §4.6)."""
+  del losses
+  m = (p > 0).astype(jnp.float32)
+  return m / jnp.sum(m)
+
+
+def fedmax(losses, p, **_):
+  """Eq. 15/22: all weight on the worst client(s), split uniformly on exact ties."""
+  ell = jnp.where(p > 0, losses, -jnp.inf)
+  worst = (ell == jnp.max(ell)).astype(jnp.float32)
+  return worst / jnp.sum(worst)
+
+
+def fedmax_k(losses, p, *, k: int, **_):
+  """Uniform 1/k on the k largest losses (top_k order: the lower index wins ties)."""
+  ell = jnp.where(p > 0, losses, -jnp.inf)
+  k = min(int(k), losses.shape[0])
+  _, top = jax.lax.top_k(ell, k)
+  chosen = jnp.zeros(losses.shape[0], jnp.float32).at[top].set(1.0) * (p > 0)
+  return chosen / jnp.sum(chosen)
+
+
+def fedsoftmax(losses, p, *, beta, **_):
+  """α ∝ p · exp(β ℓ), computed as softmax(log p + β ℓ); β = 0 is FedAvg."""
+  logits = jnp.where(p > 0, jnp.log(jnp.where(p > 0, p, 1.0)) + beta * losses, -jnp.inf)
+  return jax.nn.softmax(logits)
+
+
+WEIGHTS = {"fedavg": fedavg, "uniform": uniform, "fedmax": fedmax, "fedmax_k": fedmax_k,
+           "fedsoftmax": fedsoftmax}
+
+
+def floor_mix(alpha, p, eps):
+  """(1 − ε) α + ε p: the κ-family floor of §4.5 (κ_i ≥ ε), with p renormalised."""
+  return (1.0 - eps) * alpha + eps * p / jnp.sum(p)
+
+
+def rho(alpha, losses, p):
+  """The weighting skew ρ = Σ α ℓ / Σ p ℓ (eq. 8, with F_i* folded into ℓ)."""
+  return jnp.dot(alpha, losses) / jnp.dot(p / jnp.sum(p), losses)
+
+
+def fednova_coefficients(p, steps):
+  """FedNova (Wang et al. 2020, SGD solver): Δ = (Σ_j p_j τ_j) Σ_i p_i Δ_i / τ_i, i.e.
+  coefficients c_i = p_i τ_eff / τ_i on the deltas (they need not sum to 1)."""
+  p = p / jnp.sum(p)
+  tau = jnp.maximum(steps.astype(jnp.float32), 1.0)
+  return p * jnp.sum(p * tau) / tau
