@@ -40,11 +40,12 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import optax  # noqa: E402
 
-from fedjax_bench import engine, models, results  # noqa: E402
+from fedjax_bench import engine, results  # noqa: E402
 from fedjax_bench.algorithms import fedavg  # noqa: E402
 from fedjax_bench.core import cohort  # noqa: E402
 from fedjax_bench.core import task as task_lib  # noqa: E402
 from fedjax_bench.data.federated import Dataset, FederatedData  # noqa: E402
+import workloads  # noqa: E402  (benchmarks/, on sys.path as the script's directory)
 from fedjax_bench.sim import participation, world as world_lib  # noqa: E402
 
 NUM_CLIENTS = 100
@@ -69,22 +70,11 @@ flags.DEFINE_integer("seed", 0, "Seed of the generated data and of the runs.")
 
 
 def make_dataset(seed: int) -> Dataset:
-  """MNIST-shaped random data: 28x28x1 uint8 pixels (as MNIST is stored), labels 0..9."""
-  rng = np.random.default_rng(seed)
-  n = NUM_CLIENTS * EXAMPLES_PER_CLIENT
-  x = rng.integers(0, 256, (n, 28, 28, 1), dtype=np.uint8)
-  y = rng.integers(0, 10, n).astype(np.int32)
-  parts = np.split(np.arange(n), NUM_CLIENTS)
-  return Dataset(
-      name="mnist_shaped", train=FederatedData.from_partition(x, y, parts),
-      test_x=rng.integers(0, 256, (TEST_EXAMPLES, 28, 28, 1), dtype=np.uint8),
-      test_y=rng.integers(0, 10, TEST_EXAMPLES).astype(np.int32),
-      num_classes=10, feature_shape=(28, 28, 1), is_image=True)
+  return workloads.mnist_shaped(seed, NUM_CLIENTS, EXAMPLES_PER_CLIENT, TEST_EXAMPLES)
 
 
 def make_task(dataset: Dataset, model_name: str) -> task_lib.Task:
-  model = models.make(model_name, num_classes=10, is_image=True, mlp_hidden=(200, 200))
-  return task_lib.make_task(dataset, model, train_eval_examples=TEST_EXAMPLES)
+  return workloads.task(dataset, model_name, train_eval_examples=TEST_EXAMPLES)
 
 
 def client_steps_per_second(rounds: int, seconds: float) -> float:

@@ -16,7 +16,10 @@ logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)  # no "no TPU
 
 from fedjax_bench import algorithms, data, models, results
 from fedjax_bench.algorithms import f3ast, fedavg, fedawe
+from fedjax_bench.algorithms import fedalign as _fedalign
 from fedjax_bench.core import compression, local, schedules, server_opt
+from fedjax_bench.data import pfl_synthetic as _pfl_synthetic
+from fedjax_bench.data import priority as _priority
 from fedjax_bench.sim import availability, participation
 from fedjax_bench.errors import UsageError
 
@@ -219,6 +222,11 @@ flags.DEFINE_list("mlp_hidden", ["200", "200"], "Hidden widths of --model=mlp.",
                   module_name=_MODULE)
 flags.DEFINE_string("seeds", "1", "N runs seeds 0..N-1 together; a comma list (5,7) names them.",
                     module_name=_MODULE)
+flags.DEFINE_multi_string("sweep", [], "A hyperparameter grid run in one program, like seeds: "
+                          "NAME:V1,V2,... (repeat the flag for a product grid), e.g. "
+                          "--sweep=client_lr:0.01,0.03,0.1. Scalars that do not shape "
+                          "arrays (learning rates, epsilon, mu, beta, ...).",
+                          module_name=_MODULE)
 flags.DEFINE_integer("eval_every", 10, "Rounds between evaluations.", module_name=_MODULE)
 flags.DEFINE_integer("final_window", 0, "`final` in summary.json averages the evaluations of "
                      "the last this many rounds (0: the last evaluation).", module_name=_MODULE)
@@ -256,17 +264,88 @@ flags.DEFINE_integer("pool_size", 10000, "--partition=noniid|very_noniid|iid_unb
 flags.register_validator("alpha_floor", lambda v: 0 <= v <= 1, "--alpha_floor must be in [0, 1]")
 # --- end issue 6 ----------------------------------------------------------------------------
 
+# --- issue 7: prioritized FL, FedALIGN (spec 004_fedalign) ------------------------------------
+flags.DEFINE_integer("num_priority", 0, "Prioritized FL: priority clients, chosen at random "
+                     "(0: 2 for fedalign and its baselines; synth_pfl: 10, gaussmix_shards: "
+                     "2). The test set is resampled to their label mix.", module_name=_MODULE)
+flags.DEFINE_enum("test_mix", "priority", list(_priority.TEST_MIXES), "With --num_priority: "
+                  "the test set's label mix: the priority clients', --local_client's, or the "
+                  "official test split as it is.", module_name=_MODULE)
+flags.DEFINE_integer("local_client", -1, "local_model (and --test_mix=local_client): the free "
+                     "client (-1: the authors' rule, the first free client whose first label "
+                     "is among the priority clients' first labels).", module_name=_MODULE)
+flags.DEFINE_float("align_epsilon", 0.2, "fedalign: admit free client k when |s_k - g| < "
+                   "epsilon (accuracy points / 100, or loss).", module_name=_MODULE)
+flags.DEFINE_enum("align_score", "accuracy", list(_fedalign.SCORES), "fedalign: the score "
+                  "compared with the priority clients'.", module_name=_MODULE)
+flags.DEFINE_enum("align_inequality", "strict", list(_fedalign.INEQUALITIES), "fedalign: "
+                  "strict (<, so epsilon 0 is FedAvg on the priority clients) or <=.",
+                  module_name=_MODULE)
+flags.DEFINE_enum("align_eps_schedule", "constant", list(_fedalign.EPS_SCHEDULES),
+                  "fedalign: epsilon over rounds; step: --align_eps_late from "
+                  "--align_eps_round on; linear_to_zero: from --align_eps_round to "
+                  "--align_eps_end_round; exp_decay: times --align_eps_gamma^round.",
+                  module_name=_MODULE)
+flags.DEFINE_float("align_eps_late", 0.0, "fedalign: epsilon after the step.",
+                   module_name=_MODULE)
+flags.DEFINE_integer("align_eps_round", 0, "fedalign: the round of the step, or where the "
+                     "linear decay starts.", module_name=_MODULE)
+flags.DEFINE_integer("align_eps_end_round", 1, "fedalign: where the linear decay reaches 0.",
+                     module_name=_MODULE)
+flags.DEFINE_float("align_eps_gamma", 0.99, "fedalign: the exp_decay factor per round.",
+                   module_name=_MODULE)
+flags.DEFINE_integer("selection_batch", 0, "fedalign: score free clients on this many of "
+                     "their examples (0: all; the authors' code: 32).", module_name=_MODULE)
+flags.DEFINE_integer("warmup_rounds", -1, "Prioritized FL: rounds with the priority clients "
+                     "only (-1: 10%% of --rounds).", module_name=_MODULE)
+flags.DEFINE_float("prox_mu", 0.0, "Prioritized FL: FedProx term mu/2 ||w - w_global||^2 in "
+                   "local training (fedprox_* and fedalign_prox default to 1).",
+                   module_name=_MODULE)
+flags.DEFINE_float("priority_fraction", 1.0, "Prioritized FL: fraction of the priority "
+                   "clients sampled per round.", module_name=_MODULE)
+flags.DEFINE_float("free_fraction", 1.0, "Prioritized FL: fraction (or Bernoulli "
+                   "probability) of the free clients sampled per round.", module_name=_MODULE)
+flags.DEFINE_enum("priority_sampling", "without_replacement",
+                  list(_fedalign.PRIORITY_SAMPLINGS), "Prioritized FL: uniform, or K draws "
+                  "with replacement proportional to p_k (the theory's).", module_name=_MODULE)
+flags.DEFINE_enum("free_sampling", "without_replacement", list(_fedalign.FREE_SAMPLINGS),
+                  "Prioritized FL: how free clients are sampled.", module_name=_MODULE)
+flags.DEFINE_enum("compat", "none", list(_fedalign.COMPATS), "Prioritized FL: authors_code "
+                  "reproduces the released script's server update (spec 004 §2.5).",
+                  module_name=_MODULE)
+flags.DEFINE_bool("record_admitted", False, "Prioritized FL: report every free client's "
+                  "admission (admitted_NNNN, the fraction of a block's rounds).",
+                  module_name=_MODULE)
+flags.DEFINE_integer("num_shards", 0, "--partition=shards_random: shards (0: num_clients x "
+                     "shards_per_client).", module_name=_MODULE)
+flags.DEFINE_enum("synth_noise", "groups", list(_pfl_synthetic.NOISES), "synth_pfl: groups "
+                  "(aligned, label-shifted and irrelevant free clients) or paper_skew.",
+                  module_name=_MODULE)
+flags.DEFINE_integer("synth_aligned", 6, "synth_pfl groups: aligned free clients.",
+                     module_name=_MODULE)
+flags.DEFINE_float("label_skew", 1.5, "synth_pfl paper_skew: label noise skew (0.5, 1.5, 5: "
+                   "low, medium, high).", module_name=_MODULE)
+flags.DEFINE_float("random_skew", 1.5, "synth_pfl paper_skew: irrelevant data skew.",
+                   module_name=_MODULE)
+for _name in ("priority_fraction", "free_fraction"):
+  flags.register_validator(_name, lambda v: 0 < v <= 1, f"--{_name} must be in (0, 1]")
+# --- end issue 7 ----------------------------------------------------------------------------
+
 _POSITIVE = ("async_delta", "async_rate", "async_min_rate", "projection_radius",
              "num_clients", "clients_per_round", "rounds", "batch_size", "eval_every",
              "shards_per_client", "client_lr", "server_lr", "alpha", "local_steps",
              "client_lr_decay_rounds", "availability_period", "fedau_k", "f3ast_beta",
-             "fedmax_k", "lr_decay_per_round")  # issue 6
+             "fedmax_k", "lr_decay_per_round",  # issue 6
+             "label_skew", "random_skew")  # issue 7
 for _name in _POSITIVE:
   flags.register_validator(_name, lambda v: v is None or v > 0, f"--{_name} must be positive")
 _NON_NEGATIVE = ("local_epochs", "fedawe_clip", "f3ast_budget", "ef_restart_after",
                  "ef_restart_from", "final_window", "l2", "async_delay_shape", "sim_time",
                  "async_rate_std", "async_agg_rate", "area_lr_power",
-                 "softmax_beta", "softmax_temperature", "shard_size", "pool_size")  # issue 6
+                 "softmax_beta", "softmax_temperature", "shard_size", "pool_size",  # issue 6
+                 "num_priority", "align_epsilon", "align_eps_late", "align_eps_round",
+                 "align_eps_end_round", "align_eps_gamma", "selection_batch", "prox_mu",
+                 "num_shards", "synth_aligned")  # issue 7
 for _name in _NON_NEGATIVE:
   flags.register_validator(_name, lambda v: v >= 0, f"--{_name} must be >= 0")
 flags.register_validator("client_width", lambda v: v >= -1, "--client_width must be >= -1")
@@ -276,8 +355,9 @@ for _name in ("stoc_bits", "down_stoc_bits"):
   flags.register_validator(_name, lambda v: v >= 1, f"--{_name} must be >= 1")
 flags.register_multi_flags_validator(
     ["algo", "participation", "clients_per_round", "num_clients"],
-    lambda f: (f["participation"] != "uniform" or f["clients_per_round"] <= f["num_clients"]
-               or f["algo"] in algorithms.ASYNCHRONOUS),
+    lambda f: (f["participation"] not in ("uniform", "uniform_sparse")
+               or f["clients_per_round"] <= f["num_clients"]
+               or f["algo"] in algorithms.ASYNCHRONOUS + algorithms.PRIORITIZED),
     "--clients_per_round must not exceed --num_clients")
 
 
@@ -292,6 +372,32 @@ def parse_seeds(text: str) -> list[int]:
   if not seeds or len(set(seeds)) != len(seeds) or min(seeds) < 0:
     raise UsageError(f"--seeds={text!r} must name at least one distinct non-negative seed")
   return seeds
+
+
+def parse_sweep(specs: Sequence[str], valid: Sequence[str]) -> list[dict]:
+  """['client_lr:0.01,0.1', 'server_lr:1,0.5'] -> the product grid, one dict per point
+  ([] without a sweep)."""
+  axes = []
+  for spec in specs:
+    name, sep, values = spec.partition(":")
+    if not sep or not values:
+      raise UsageError(f"--sweep={spec!r} must look like NAME:V1,V2,...")
+    if name not in valid:
+      raise UsageError(f"--sweep: {name!r} is not a hyperparameter; valid: "
+                       f"{', '.join(sorted(valid))}")
+    if name in (a[0] for a in axes):
+      raise UsageError(f"--sweep names {name!r} twice")
+    try:
+      vals = [float(v) for v in values.split(",") if v.strip()]
+    except ValueError:
+      raise UsageError(f"--sweep={spec!r}: values must be numbers") from None
+    if not vals or len(set(vals)) != len(vals):
+      raise UsageError(f"--sweep={spec!r} needs distinct values")
+    axes.append((name, vals))
+  grid = [{}]
+  for name, vals in axes:
+    grid = [{**point, name: v} for point in grid for v in vals]
+  return grid if axes else []
 
 
 def parse_argv(argv: Sequence[str]) -> list[str]:
@@ -336,23 +442,35 @@ def _run() -> int:
   import jax
   from fedjax_bench import engine
   from fedjax_bench import experiment
+  from fedjax_bench.core import memory
 
   seeds = parse_seeds(FLAGS.seeds)
   given = {f.name for f in FLAGS.get_flags_for_module(_MODULE) if f.present}
   cfg = experiment.with_defaults(our_flags(), given)
   name = FLAGS.name or f"{cfg['algo']}_{cfg['dataset']}_{cfg['model']}"
   out = _output_dir(name)
+  grid = parse_sweep(FLAGS.sweep, experiment.sweepable(cfg))
+  for name in grid[0] if grid else ():
+    if name in given:
+      raise UsageError(f"--{name} is given and swept by --sweep; give one")
   exp = experiment.setup(cfg, participation_given=FLAGS["participation"].present)
+  experiment.check_sweepable(exp, grid)
   dataset, task = exp.dataset, exp.task
+  memory.check_run(exp.build, task, exp.hparams, exp.world, len(seeds) * max(len(grid), 1),
+                   jax.device_count())
   report = dataset.report()
 
   print(f"{name}: {cfg['algo']} on {cfg['dataset']} ({report['num_clients']} clients, "
         f"sizes {report['size_min']}..{report['size_max']}, "
         f"{report['mean_classes_per_client']:.1f} classes/client), {cfg['model']}, "
         f"seeds {seeds}, {jax.device_count()} {jax.default_backend()} device(s)", flush=True)
+  if grid:
+    print(f"sweep: {len(grid)} grid points x {len(seeds)} seeds = {len(grid) * len(seeds)} "
+          "runs in one program", flush=True)
   output = engine.run(exp.build, task, exp.hparams, seeds=seeds, rounds=cfg["rounds"],
-                      eval_every=cfg["eval_every"], on_eval=_print_progress)
-  config = {"name": name, "flags": cfg, "seeds": seeds, "argv": sys.argv,
+                      eval_every=cfg["eval_every"], grid=grid or None,
+                      on_eval=_print_progress)
+  config = {"name": name, "flags": cfg, "seeds": seeds, "grid": grid, "argv": sys.argv,
             "started": datetime.datetime.now().isoformat(timespec="seconds"),
             "environment": results.environment_info(),
             "dataset": {k: v for k, v in report.items()
@@ -361,12 +479,21 @@ def _run() -> int:
   summary = results.write_run(out, config=config, history=output.history,
                               final_window=cfg["final_window"], timing=output.timing)
   final = summary["final"]
-  gap = (f", optimality_gap {_fmt(final['optimality_gap'], '.3e')}"
-         if "optimality_gap" in final else "")
-  print(f"done: test_accuracy {_fmt(final['test_accuracy'])}, train_loss "
-        f"{_fmt(final['train_loss'])}{gap}; {_rate(output.timing['rounds_per_second'])}, "
+  points = ([(f"{_point_label(p['hparams'])}: ", i) for i, p in enumerate(final["test_accuracy"])]
+            if grid else [("", None)])
+  for label, i in points:
+    pick = lambda stat: stat if i is None else stat[i]
+    gap = (f", optimality_gap {_fmt(pick(final['optimality_gap']), '.3e')}"
+           if "optimality_gap" in final else "")
+    print(f"{label}test_accuracy {_fmt(pick(final['test_accuracy']))}, train_loss "
+          f"{_fmt(pick(final['train_loss']))}{gap}")
+  print(f"done: {_rate(output.timing['rounds_per_second'])}, "
         f"compile {output.timing['compile_seconds']:.1f}s; results in {out}")
   return _divergence_status(output.history)
+
+
+def _point_label(hparams: dict) -> str:
+  return " ".join(f"{k}={v:g}" for k, v in hparams.items())
 
 
 def _fmt(stat, spec: str = ".4f") -> str:

@@ -14,6 +14,7 @@ from fedjax_bench import algorithms, data, models
 from fedjax_bench.core import asynchronous, optimum
 from fedjax_bench.core.task import Task, make_task
 from fedjax_bench.core.types import FederatedAlgorithm
+from fedjax_bench.data import priority as priority_lib
 from fedjax_bench.data.federated import Dataset
 from fedjax_bench.errors import UsageError
 from fedjax_bench.sim import availability, participation
@@ -34,6 +35,11 @@ HPARAM_KEYS = ("client_lr", "server_lr", "batch_size", "sampling", "weighting", 
                "sfedavg_weighting")
 HPARAM_KEYS += ("softmax_beta", "fedmax_k", "alpha_floor", "lr_decay_per_round",
                 "record_alpha")  # issue 6
+HPARAM_KEYS += ("prox_mu", "align_epsilon", "align_score", "align_inequality",
+                "align_eps_schedule", "align_eps_late", "align_eps_round", "align_eps_end_round",
+                "align_eps_gamma", "selection_batch", "warmup_rounds", "priority_fraction",
+                "free_fraction", "priority_sampling", "free_sampling", "compat",
+                "local_client", "record_admitted")  # issue 7
 
 
 @dataclasses.dataclass
@@ -53,7 +59,12 @@ def load_dataset(cfg: dict) -> Dataset:
       cache_dir=cfg.get("cache_dir"), synthetic_alpha=cfg["synthetic_alpha"],
       synthetic_beta=cfg["synthetic_beta"],
       quadratic_variant=cfg.get("quadratic_variant", "heterogeneous"),
-      shard_size=cfg.get("shard_size", 0), pool_size=cfg.get("pool_size", 10000))  # issue 6
+      shard_size=cfg.get("shard_size", 0), pool_size=cfg.get("pool_size", 10000),  # issue 6
+      num_shards=cfg.get("num_shards", 0), num_priority=cfg.get("num_priority", 0),
+      pfl={"noise": cfg.get("synth_noise", "groups"),
+           "num_aligned": cfg.get("synth_aligned", 6),
+           "label_skew": cfg.get("label_skew", 1.5),
+           "random_skew": cfg.get("random_skew", 1.5)})  # issue 7
 
 
 def make_participation(cfg: dict, dataset: Dataset,
@@ -94,6 +105,7 @@ def setup(cfg: dict, *, dataset: Dataset | None = None,
   """Everything but the engine run. ``dataset`` skips loading (scripts that reuse one)."""
   algorithm = algorithms.get(cfg["algo"])
   dataset = dataset if dataset is not None else load_dataset(cfg)
+  dataset, cfg = with_priority(dataset, cfg)
   model = models.make(cfg["model"], num_classes=dataset.num_classes, is_image=dataset.is_image,
                       mlp_hidden=tuple(int(h) for h in cfg["mlp_hidden"]),
                       normalize=dataset.normalize, zero_init=cfg.get("zero_init", False),
@@ -107,6 +119,11 @@ def setup(cfg: dict, *, dataset: Dataset | None = None,
   if cfg.get("optimality_gap") or cfg["dataset"] == "quadratic":
     task = optimum.attach(task, cache_dir=cfg.get("cache_dir"))
   if cfg["algo"] in algorithms.ASYNCHRONOUS:  # their clocks decide who sends when
+    part = participation.make("full", dataset.train.num_clients)
+  elif cfg["algo"] in algorithms.PRIORITIZED:  # they sample priority and free clients apart
+    if participation_given and cfg["participation"] != "full":
+      raise UsageError(f"--algo={cfg['algo']} samples clients with --priority_fraction and "
+                       "--free_fraction; leave --participation at full")
     part = participation.make("full", dataset.train.num_clients)
   else:
     part = make_participation(cfg, dataset, participation_given)
@@ -140,6 +157,51 @@ ASYNC_LR = {
 }
 
 
+def sweepable(cfg: dict) -> list[str]:
+  """The numeric hyperparameters; --sweep may name these (`check_sweepable` then rules
+  out those that shape arrays). The data's seed and the vmap width are not the round's."""
+  return [k for k in HPARAM_KEYS if k not in ("partition_seed", "client_width", "local_client")
+          and isinstance(cfg.get(k), (int, float)) and not isinstance(cfg.get(k), bool)]
+
+
+def check_sweepable(exp: Experiment, grid: list[dict]) -> None:
+  """Fails (UsageError) before anything runs when a swept hyperparameter shapes arrays:
+  the algorithm is built and initialized with tracers in place of the grid's values."""
+  if not grid:
+    return
+  import jax
+  names = list(grid[0])
+
+  def one_round(values):
+    alg = exp.build({**exp.hparams, **dict(zip(names, values))})
+    key = jax.random.PRNGKey(0)
+    server, clients = alg.init(key)
+    return alg.round(server, clients, key)
+
+  try:
+    jax.eval_shape(one_round, [0.0] * len(names))
+  except (jax.errors.ConcretizationTypeError, jax.errors.TracerBoolConversionError,
+          jax.errors.TracerIntegerConversionError, TypeError) as e:
+    raise UsageError(f"--sweep: {', '.join(names)} shape arrays or control flow and cannot "
+                     f"be swept in one program ({type(e).__name__}); sweep scalars such as "
+                     "client_lr, or run one value per invocation") from None
+
+
+def with_priority(dataset: Dataset, cfg: dict) -> tuple[Dataset, dict]:
+  """Priority roles and the test set the prioritized objective needs (issue 7), and
+  local_model's client resolved; unchanged without --num_priority or a PFL algorithm."""
+  pfl = cfg["algo"] in algorithms.PRIORITIZED
+  if not (pfl or cfg.get("num_priority", 0) or dataset.priority is not None):
+    return dataset, cfg
+  dataset = priority_lib.prioritize(
+      dataset, cfg.get("num_priority", 0) or (0 if dataset.priority is not None else 2),
+      cfg["partition_seed"], test_mix=cfg.get("test_mix", "priority"),
+      client=cfg.get("local_client", -1))
+  if cfg["algo"] == "local_model" and cfg.get("local_client", -1) < 0:
+    cfg = {**cfg, "local_client": priority_lib.local_client(dataset)}
+  return dataset, cfg
+
+
 def with_defaults(cfg: dict, given) -> dict:
   """``cfg`` with the asynchronous algorithms' paper defaults for the flags not in
   ``given`` (the names the user set), the event count from --sim_time when --rounds is not
@@ -147,6 +209,8 @@ def with_defaults(cfg: dict, given) -> dict:
   algo, name = cfg["algo"], cfg["dataset"]
   if algo in HETERO_AGG_ALGOS:  # issue 6
     return hetero_agg_defaults(cfg, given)
+  if algo in algorithms.PRIORITIZED:  # issue 7
+    return prioritized_defaults(cfg, given)
   if algo not in algorithms.ASYNCHRONOUS:
     return cfg
   cfg = dict(cfg)
@@ -206,4 +270,23 @@ def hetero_agg_defaults(cfg: dict, given) -> dict:
     if "softmax_beta" in given:
       raise UsageError("give --softmax_beta or --softmax_temperature, not both")
     cfg["softmax_beta"] = 1.0 / cfg["softmax_temperature"]
+  return cfg
+
+
+# --- issue 7: prioritized FL (spec 004 §3), for the flags not given ---------------------------
+def prioritized_defaults(cfg: dict, given) -> dict:
+  """Full participation (the algorithms sample P and the free clients themselves),
+  data-size weights, a warm-up of a tenth of the rounds, --prox_mu 1 for the FedProx
+  names, and the local model's test set on its own client."""
+  cfg = dict(cfg)
+  defaults = {"participation": "full", "weighting": "data_size"}
+  if cfg["algo"] in algorithms.PROX:
+    defaults["prox_mu"] = 1.0
+  if cfg["algo"] == "local_model":
+    defaults["test_mix"] = "local_client"
+  for key, value in defaults.items():
+    if key not in given:
+      cfg[key] = value
+  if cfg.get("warmup_rounds", -1) < 0:
+    cfg["warmup_rounds"] = cfg["rounds"] // 10
   return cfg

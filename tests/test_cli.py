@@ -11,7 +11,7 @@ import pytest
 
 from conftest import REPO, shared_tfds_dir
 from fedjax_bench.algorithms import ALGORITHMS  # the enums follow the registries (issue 6)
-from fedjax_bench.data import PARTITIONS
+from fedjax_bench.data import DATASETS, PARTITIONS
 from fedjax_bench.models import MODELS
 
 RUN = str(REPO / "benchmarks" / "run.py")
@@ -25,7 +25,7 @@ def _run(args, tmp_path, env=None, timeout=600):
 
 @pytest.mark.parametrize("args,message", [
     (["--algo=fedbogus"], "--algo=fedbogus: value should be one of <" + "|".join(sorted(ALGORITHMS)) + ">"),
-    (["--dataset=imagenet"], "value should be one of <synthetic|mnist|fmnist|toyfl|svhn|cifar10|cinic10|quadratic>"),
+    (["--dataset=imagenet"], "value should be one of <" + "|".join(DATASETS) + ">"),
     (["--model=resnet9000"], "value should be one of <" + "|".join(MODELS) + ">"),
     (["--partition=random"], "value should be one of <" + "|".join(PARTITIONS) + ">"),
     (["--server_opt=lion"], "sgd|momentum|adam|yogi|amsgrad"),
@@ -39,6 +39,11 @@ def _run(args, tmp_path, env=None, timeout=600):
     (["--model=cnn"], "--model=cnn needs image data"),
     (["--dataset=synthetic", "--partition=dirichlet"], "natural per-user split"),
     (["stray"], "unexpected arguments"),
+    (["--sweep=client_lr"], "must look like NAME:V1,V2"),
+    (["--sweep=local_steps:1,2"], "'local_steps' is not a hyperparameter"),
+    (["--sweep=batch_size:10,32"], "cannot be swept in one program"),
+    (["--sweep=client_lr:0.1,x"], "values must be numbers"),
+    (["--sweep=client_lr:0.1", "--client_lr=0.2"], "given and swept"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, message, tmp_path):
   r = _run([*args, f"--output_dir={tmp_path / 'out'}", "--rounds=2"
@@ -196,3 +201,21 @@ def test_fedsoftmax_records_alpha_and_skew(tmp_path):
     alpha = [float(row[f"alpha_{i:04d}"]) for i in range(6)]
     assert abs(sum(alpha) - 1) < 1e-5 and min(alpha) > 0
     assert float(row["rho"]) >= 1 - 1e-5 and float(row["alpha_p_l1"]) > 0
+
+
+def test_sweep_runs_a_product_grid_in_one_program_equal_to_separate_runs(tmp_path):
+  common = ["--rounds=3", "--eval_every=3", "--num_clients=8", "--clients_per_round=4"]
+  r = _run([*common, "--sweep=client_lr:0.05,0.2", "--sweep=server_lr:1,0.5",
+            f"--output_dir={tmp_path / 'grid'}"], tmp_path)
+  assert r.returncode == 0, r.stderr[-2000:]
+  assert "4 grid points x 1 seeds" in r.stdout
+  with open(tmp_path / "grid" / "summary.json") as f:
+    final = json.load(f)["final"]["train_loss"]
+  assert [p["hparams"] for p in final] == [
+      {"client_lr": a, "server_lr": b} for a in (0.05, 0.2) for b in (1.0, 0.5)]
+  one = _run([*common, "--client_lr=0.2", "--server_lr=0.5", f"--output_dir={tmp_path / 'one'}"],
+             tmp_path)
+  assert one.returncode == 0, one.stderr[-2000:]
+  with open(tmp_path / "one" / "summary.json") as f:
+    alone = json.load(f)["final"]["train_loss"]["mean"]
+  assert final[3]["mean"] == pytest.approx(alone, rel=1e-5)

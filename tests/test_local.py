@@ -59,8 +59,8 @@ def test_replacement_sampling_in_range_and_zero_count_weightless():
 def _train(task, client, num_steps, max_steps, lr=0.5):
   params = task.init_params(jax.random.PRNGKey(1))
   spec = local.LocalSpec(max_steps, 4, "shuffle")
-  return local.train(params, jax.random.PRNGKey(2), task.offsets[client], task.counts[client],
-                     num_steps, x=task.x, y=task.y, loss_fn=task.loss, opt=optax.sgd(lr),
+  return local.train(params, jax.random.PRNGKey(2), task.counts[client], num_steps,
+                     fetch=task.client_data(client), loss_fn=task.loss, opt=optax.sgd(lr),
                      spec=spec, max_count=task.max_count), params
 
 

@@ -4,6 +4,7 @@ from fedjax_bench.algorithms import (area, asfedavg, f3ast, fedau, fedavg, fedav
                                      fedavg_known, fedawe, fedbuff, fedef, fedvarp, mifa,
                                      mifa_async, sfedavg)
 from fedjax_bench.algorithms import fedmax, fednova  # issue 6
+from fedjax_bench.algorithms import fedalign  # issue 7
 from fedjax_bench.errors import UsageError
 
 ALGORITHMS = {
@@ -30,9 +31,21 @@ ALGORITHMS = {
     "fedmax_k": fedmax.fedmax_k,
     "fedsoftmax": fedmax.fedsoftmax,
     "fednova": fednova,
+    # Prioritized FL (issue 7, spec 004): the objective counts only the priority clients.
+    # The fedprox_* names are the same methods with --prox_mu defaulting to 1.
+    "fedalign": fedalign.fedalign,
+    "fedavg_priority": fedalign.fedavg_priority,
+    "fedavg_all_clients": fedalign.fedavg_all_clients,
+    "local_model": fedalign.local_model,
+    "fedalign_prox": fedalign.fedalign,
+    "fedprox_priority": fedalign.fedavg_priority,
+    "fedprox_all_clients": fedalign.fedavg_all_clients,
 }
 # Driven by client update rates, not by --participation.
 ASYNCHRONOUS = ("area", "fedbuff", "asfedavg", "mifa_async", "sfedavg")
+PRIORITIZED = ("fedalign", "fedavg_priority", "fedavg_all_clients", "local_model",
+               "fedalign_prox", "fedprox_priority", "fedprox_all_clients")
+PROX = ("fedalign_prox", "fedprox_priority", "fedprox_all_clients")
 
 
 def get(name: str):

@@ -207,7 +207,7 @@ def local_sgd(task, world, hp: dict) -> Callable:
     w = weights[i]
     new, loss = local.train(
         start, jax.random.fold_in(keys.for_purpose(key, "local_train"), i),
-        task.offsets[i], task.counts[i], world.client_steps[i], x=task.x, y=task.y,
+        task.counts[i], world.client_steps[i], fetch=task.client_data(i),
         loss_fn=lambda *args: w * loss_fn(*args), opt=client_optimizer(alpha, project),
         spec=spec, max_count=task.max_count)
     return new, unscaled(loss, w)

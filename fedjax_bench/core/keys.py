@@ -17,6 +17,7 @@ _PURPOSES = {
     "server": 6,
     "local_noise": 7,  # augmentation and dropout inside local steps
     "events": 8,       # asynchronous event traces (sim/asynchrony.Clock)
+    "selection": 9,    # FedALIGN's selection minibatches
 }
 
 

@@ -55,9 +55,12 @@ def batch_positions(key, step, count, perm, *, batch_size: int, sampling: str):
   return pos, valid.astype(jnp.float32), perm
 
 
-def train(params, key, offset, count, num_steps, *, x, y, loss_fn: Callable,
+def train(params, key, count, num_steps, *, fetch: Callable, loss_fn: Callable,
           opt: optax.GradientTransformation, spec: LocalSpec, max_count: int):
   """Runs one client's local steps; returns (new params, mean loss over its steps).
+
+  ``fetch(positions) -> (x, y)`` reads the client's examples at positions in [0, count)
+  (`Task.client_data`: rows of the flat arrays, or examples generated on demand).
 
   ``loss_fn(params, xb, yb, wb, rng)`` is the weighted minibatch loss in training mode
   (``rng`` drives augmentation and dropout; `Task.loss`); algorithms that add terms (a
@@ -70,8 +73,8 @@ def train(params, key, offset, count, num_steps, *, x, y, loss_fn: Callable,
     p, opt_state, loss_sum, perm = carry
     pos, w, perm = batch_positions(key, s, count, perm, batch_size=spec.batch_size,
                                    sampling=spec.sampling)
-    idx = offset + pos
-    loss, g = grad_fn(p, x[idx], y[idx], w, jax.random.fold_in(noise_key, s))
+    xb, yb = fetch(pos)
+    loss, g = grad_fn(p, xb, yb, w, jax.random.fold_in(noise_key, s))
     updates, new_opt_state = opt.update(g, opt_state, p)
     new_p = optax.apply_updates(p, updates)
     active = s < num_steps
@@ -105,8 +108,8 @@ def train_cohort(task, world, params, ids, key, *, opt: optax.GradientTransforma
     fn = loss_fn
     if loss_scale is not None:
       fn = lambda *args: loss_scale[i] * loss_fn(*args)
-    new, loss = train(start, k, task.offsets[i], task.counts[i], world.client_steps[i],
-                      x=task.x, y=task.y, loss_fn=fn, opt=opt, spec=spec,
+    new, loss = train(start, k, task.counts[i], world.client_steps[i],
+                      fetch=task.client_data(i), loss_fn=fn, opt=opt, spec=spec,
                       max_count=task.max_count)
     return jax.tree.map(jnp.subtract, new, start), loss
 

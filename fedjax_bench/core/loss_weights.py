@@ -8,40 +8,15 @@ and every function keeps their α at zero.
 
 import jax
 import jax.numpy as jnp
-import numpy as np
+
+from fedjax_bench.core import client_scores
 
 STRATEGIES = ("fedavg", "uniform", "fedmax", "fedmax_k", "fedsoftmax")
 
 
 def client_losses(task, params) -> jax.Array:
-  """F_i(params) for every client i: the mean loss over all of its training examples.
-
-  One forward pass over the flat example array (chunks of ``task.eval_chunk``), summed per
-  client with a segment sum: the cost is one epoch of inference, whatever the cohort.
-  Clients without examples get 0. No l2 penalty: the weights compare data fits.
-  """
-  owner = _owners(task)
-  n, chunk = task.x.shape[0], min(task.eval_chunk, task.x.shape[0])
-  pad = (-n) % chunk
-  x = jnp.concatenate([task.x, jnp.zeros((pad,) + task.x.shape[1:], task.x.dtype)])
-  y = jnp.concatenate([task.y, jnp.zeros(pad, task.y.dtype)])
-  owner = jnp.concatenate([owner, jnp.full(pad, task.num_clients, jnp.int32)])
-  shape = lambda a: a.reshape((-1, chunk) + a.shape[1:])
-
-  def one(batch):
-    xb, yb, ob = batch
-    per_example = task.pointwise_loss(task.logits(params, xb), yb)
-    return jax.ops.segment_sum(per_example, ob, num_segments=task.num_clients + 1)
-
-  sums = jnp.sum(jax.lax.map(one, (shape(x), shape(y), shape(owner))), axis=0)
-  counts = task.counts.astype(jnp.float32)
-  return sums[:task.num_clients] / jnp.maximum(counts, 1.0)
-
-
-def _owners(task) -> jax.Array:
-  """[num_examples] int32: the client of each row of the flat layout (host-side, static)."""
-  counts = np.asarray(task.counts)
-  return jnp.asarray(np.repeat(np.arange(len(counts), dtype=np.int32), counts))
+  """F_i(params) for every client i, one vectorized pass (`client_scores.per_client`)."""
+  return client_scores.per_client(task, params)[0]
 
 
 def fedavg(losses, p, **_):

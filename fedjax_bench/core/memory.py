@@ -1,8 +1,10 @@
 """Refusing, with a clear message, state that would not fit on the device."""
 
+import math
 import os
 
 import jax
+import jax.numpy as jnp
 
 from fedjax_bench.errors import UsageError
 
@@ -10,7 +12,10 @@ FRACTION = 0.8  # of the device's memory a single state array may claim
 
 
 def device_bytes() -> int:
-  """Memory of the first device: the allocator's limit on GPU/TPU, physical RAM on CPU."""
+  """Memory of the first device: the allocator's limit on GPU/TPU, physical RAM on CPU;
+  $FEDJAX_BENCH_DEVICE_BYTES overrides both (a shared device, a test)."""
+  if os.environ.get("FEDJAX_BENCH_DEVICE_BYTES"):
+    return int(float(os.environ["FEDJAX_BENCH_DEVICE_BYTES"]))
   device = jax.devices()[0]
   stats = device.memory_stats() if hasattr(device, "memory_stats") else None
   if stats and stats.get("bytes_limit"):
@@ -23,3 +28,64 @@ def check_fits(nbytes: int, what: str, hint: str) -> None:
   if nbytes > FRACTION * limit:
     raise UsageError(f"{what} needs {nbytes / 2**30:.2f} GiB per run, more than "
                      f"{FRACTION:.0%} of the device's {limit / 2**30:.1f} GiB; {hint}")
+
+
+def tree_bytes(tree) -> int:
+  """Bytes of a pytree of arrays or ShapeDtypeStructs."""
+  return sum(math.prod(a.shape) * jnp.dtype(a.dtype).itemsize for a in jax.tree.leaves(tree))
+
+
+def estimate(build, task, hparams: dict, world, num_runs: int, num_devices: int) -> dict:
+  """What a run needs on one device, in bytes, from the shapes alone (`jax.eval_shape`):
+
+  * ``data``: the task's arrays (training examples, test and scored training sets),
+    replicated on every device;
+  * ``state_per_run``: the server and client states (`init`), which the engine keeps for
+    every run (seed x grid point) on the device that owns it;
+  * ``round_per_run``: the round's working set: the cohort's deltas (cap x parameters)
+    and, for the clients trained at once, parameters, optimizer state, gradients and a
+    minibatch, all as float32; an estimate, not a measurement of XLA's buffers.
+  """
+  alg = build(hparams)
+  server, clients = jax.eval_shape(alg.init, jax.random.PRNGKey(0))
+  params = tree_bytes(server.params)
+  data = tree_bytes([task.x, task.y, task.test_x, task.test_y, task.train_eval_x,
+                     task.train_eval_y, task.offsets, task.counts])
+  cap = world.participation.cap
+  from fedjax_bench.core import cohort
+  width = cohort.resolve_width(hparams.get("client_width", -1)) or cap
+  example = math.prod(task.feature_shape) * 4
+  working = 2 * cap * params + min(width, cap) * (4 * params
+                                                  + hparams["batch_size"] * example)
+  runs_here = num_runs // max(k for k in range(1, num_devices + 1) if num_runs % k == 0)
+  state = tree_bytes((server, clients))
+  return {"data": data, "state_per_run": state, "round_per_run": working,
+          "runs_per_device": runs_here, "params": params,
+          "total": data + runs_here * (state + working)}
+
+
+def check_run(build, task, hparams: dict, world, num_runs: int, num_devices: int) -> dict:
+  """`estimate`, refused with a one-line error above FRACTION of the device's memory; the
+  message says how many runs per device would fit, if any."""
+  e = estimate(build, task, hparams, world, num_runs, num_devices)
+  limit = FRACTION * device_bytes()
+  if e["total"] <= limit:
+    return e
+  per_run = e["state_per_run"] + e["round_per_run"]
+  fit = int((limit - e["data"]) // per_run) if limit > e["data"] else 0
+  gib = human
+  advice = (f"at most {fit} runs per device fit: use fewer --seeds or --sweep points, or "
+            "more devices" if fit >= 1 else
+            "not even one run fits: use fewer clients, a smaller model or a device with "
+            "more memory")
+  raise UsageError(f"this run needs about {gib(e['total'])} per device (data "
+                   f"{gib(e['data'])}, state {gib(e['state_per_run'])} and round "
+                   f"{gib(e['round_per_run'])} per run, {e['runs_per_device']} runs), more "
+                   f"than {FRACTION:.0%} of the device's {gib(device_bytes())}; {advice}")
+
+
+def human(nbytes: float) -> str:
+  for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+    if nbytes >= scale:
+      return f"{nbytes / scale:.2f} {unit}"
+  return f"{int(nbytes)} B"

@@ -50,10 +50,17 @@ def init_server(task, world, sopt: optax.GradientTransformation, key, aux=()) ->
                      world.init_state(key), aux)
 
 
-def observe(world, server: ServerState, key) -> tuple[jax.Array, Cohort, Any]:
-  """Round ``server.round``'s availability mask, its cohort slab, the new world state."""
+def observe(world, server: ServerState, key) -> tuple[jax.Array | None, Cohort, Any]:
+  """Round ``server.round``'s availability mask, its cohort slab, the new world state.
+
+  A scheme that draws ids (`participation.uniform_sparse`) gives the cohort directly and
+  no mask (None): nothing of the round is O(population)."""
+  p = world.participation
+  if p.draw_ids is not None:
+    ids = p.draw_ids(keys.for_purpose(key, "participation"), server.round)
+    return None, Cohort(ids, jnp.ones(ids.shape, bool)), server.world
   mask, world_state = world.observe(key, server.round, server.world)
-  return mask, cohort_lib.from_mask(mask, world.participation.cap), world_state
+  return mask, cohort_lib.from_mask(mask, p.cap), world_state
 
 
 def train(task, world, hp: dict, start, c: Cohort, key, t, *, per_client_start=False,
@@ -84,8 +91,9 @@ def participated(c: Cohort, num_clients: int) -> jax.Array:
 
 def metrics(mask, c: Cohort, losses) -> dict:
   valid = c.valid.astype(jnp.float32)
+  dropped = 0.0 if mask is None else (jnp.sum(mask) - jnp.sum(c.valid)).astype(jnp.float32)
   return {
       "client_loss": jnp.sum(losses * valid) / jnp.maximum(jnp.sum(valid), 1.0),
       "num_active": jnp.sum(valid),
-      "dropped_clients": (jnp.sum(mask) - jnp.sum(c.valid)).astype(jnp.float32),
+      "dropped_clients": jnp.asarray(dropped, jnp.float32),
   }

@@ -2,7 +2,7 @@
 
 import dataclasses
 import inspect
-from typing import Any
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
@@ -54,10 +54,24 @@ class Task:
   # Known minimum of the training objective; evaluate then reports optimality_gap, and
   # train_eval_x/y are the full training set (see with_optimum).
   optimum: Optimum | None = None
+  # Prioritized FL (spec 004): [num_clients] bool arrays, or None. With priority clients,
+  # train_eval_x/y are theirs: train_loss is the prioritized objective F(w).
+  priority: jax.Array | None = None
+  aligned: jax.Array | None = None
+  # Clients whose data is generated on demand (data/stream.py): client -> fetch, as
+  # `client_data`; x/y then hold one placeholder row and offsets are zeros.
+  example_fn: Callable | None = None
 
   @property
   def num_clients(self) -> int:
     return int(self.counts.shape[0])
+
+  def client_data(self, i) -> Callable:
+    """``positions -> (x, y)``: client i's examples at positions in [0, counts[i])."""
+    if self.example_fn is not None:
+      return self.example_fn(i)
+    offset = self.offsets[i]
+    return lambda pos: (self.x[offset + pos], self.y[offset + pos])
 
   def init_params(self, key: jax.Array) -> Any:
     x = pixels_to_float(self.x[:1]).reshape((1,) + self.feature_shape)
@@ -206,6 +220,7 @@ def make_task(dataset: Dataset, model: nn.Module, *, train_eval_examples: int = 
   ``augment``: apply the dataset's training augmentation (``dataset.augmentation``).
   ``l2``: the penalty (l2/2)||params||² in the training loss and in train_loss.
   ``optimum``: see `with_optimum` (core/optimum.py computes one).
+  With priority clients (``dataset.priority``), train_loss is scored on their examples.
   """
   if l2 < 0:
     raise ValueError(f"l2 must be >= 0, got {l2}")
@@ -213,9 +228,12 @@ def make_task(dataset: Dataset, model: nn.Module, *, train_eval_examples: int = 
   if t.num_examples == 0:
     raise ValueError("the training set is empty")
   idx = np.arange(t.num_examples)
-  if 0 < train_eval_examples < t.num_examples:
+  if dataset.priority is not None:  # the union of the priority clients' examples
+    idx = np.concatenate([np.arange(o, o + c) for o, c, p in
+                          zip(t.offsets, t.counts, dataset.priority) if p]).astype(np.int64)
+  if 0 < train_eval_examples < len(idx):
     idx = np.sort(np.random.default_rng(eval_seed).choice(
-        t.num_examples, train_eval_examples, replace=False))
+        idx, train_eval_examples, replace=False))
   flat = lambda a: jnp.asarray(a.reshape(a.shape[0], -1))
   task = Task(
       model=model, x=flat(t.x), y=jnp.asarray(t.y),
@@ -226,5 +244,21 @@ def make_task(dataset: Dataset, model: nn.Module, *, train_eval_examples: int = 
       max_count=max(int(t.counts.max()), 1),
       loss_type=loss_type,
       augmentation=getattr(dataset, "augmentation", "none") if augment else "none",
-      augment_batchwise=augment_batchwise, eval_grad_norm=eval_grad_norm, l2=float(l2))
+      augment_batchwise=augment_batchwise, eval_grad_norm=eval_grad_norm, l2=float(l2),
+      priority=None if dataset.priority is None else jnp.asarray(dataset.priority),
+      aligned=None if dataset.aligned is None else jnp.asarray(dataset.aligned))
   return task if optimum is None else with_optimum(task, optimum)
+
+
+def make_stream_task(stream, model: nn.Module, *, eval_chunk: int = 2048) -> Task:
+  """A task over clients generated on demand (`data/stream.Stream`): nothing per client is
+  stored but its size."""
+  n = stream.num_clients
+  return Task(
+      model=model, x=jnp.zeros((1, stream.dim), jnp.float32), y=jnp.zeros(1, jnp.int32),
+      offsets=jnp.zeros(n, jnp.int32), counts=jnp.asarray(stream.counts),
+      test_x=jnp.asarray(stream.test_x), test_y=jnp.asarray(stream.test_y),
+      train_eval_x=jnp.asarray(stream.train_eval_x),
+      train_eval_y=jnp.asarray(stream.train_eval_y), num_classes=stream.num_classes,
+      feature_shape=(stream.dim,), max_count=int(stream.counts.max()), eval_chunk=eval_chunk,
+      example_fn=stream.example_fn)

@@ -20,6 +20,7 @@ import numpy as np
 
 from fedjax_bench.data.federated import Dataset, FederatedData
 from fedjax_bench.data.partition import PARTITIONS
+from fedjax_bench.data.pfl_synthetic import gaussmix_shards, synth_pfl
 from fedjax_bench.data.partition import partition as make_partition
 from fedjax_bench.data.quadratic import VARIANTS as QUADRATIC_VARIANTS
 from fedjax_bench.data.quadratic import scalar_quadratic
@@ -29,11 +30,12 @@ from fedjax_bench.data.tfds_data import load_arrays
 from fedjax_bench.data.toyfl import gaussian_mixture
 from fedjax_bench.errors import UsageError
 
-DATASETS = ("synthetic", "mnist", "fmnist", "toyfl", "svhn", "cifar10", "cinic10",
-            "quadratic")
+DATASETS = ("synthetic", "mnist", "fmnist", "emnist", "toyfl", "svhn", "cifar10", "cinic10",
+            "quadratic", "gaussmix_shards", "synth_pfl")
 _SYNTHETIC_PARTITIONS = ("natural", "iid")
 DEFAULT_PARTITION = {"synthetic": "natural", "toyfl": "dirichlet",
-                     "quadratic": "natural"}  # others: iid
+                     "quadratic": "natural", "gaussmix_shards": "natural",
+                     "synth_pfl": "natural"}  # others: iid
 # Task.loss_type per dataset (make_task's loss_type); the others: "cross_entropy".
 LOSS_TYPES = {"quadratic": "squared_error"}
 
@@ -45,12 +47,17 @@ def load(name: str, *, num_clients: int, partition: str | None = None,
          synthetic_max_examples_per_client: int | None = None,
          toyfl_num_train: int = 20000, toyfl_num_test: int = 5000,
          quadratic_variant: str = "heterogeneous", shard_size: int = 0,
-         pool_size: int = 10000) -> Dataset:
+         pool_size: int = 10000, num_shards: int = 0, num_priority: int = 0,
+         pfl: dict | None = None) -> Dataset:
   """Loads dataset ``name`` split over ``num_clients`` clients.
 
   ``partition=None`` takes the dataset's default (``DEFAULT_PARTITION``, else iid).
   ``shard_size``, ``pool_size``: the unbalanced shard partitions of issue 6
   (``noniid``, ``very_noniid``, ``iid_unbalanced``; 0 = their defaults / all examples).
+  ``num_shards``: ``shards_random``'s shard count (0: num_clients * shards_per_client).
+  ``num_priority``, ``pfl``: the prioritized-FL generators (``pfl_synthetic``):
+  ``gaussmix_shards`` (shards of ``shard_size``, default 10) and ``synth_pfl`` (``pfl``
+  holds synth_pfl's keyword arguments: noise, num_aligned, label_skew, ...).
   """
   if partition is None:
     partition = DEFAULT_PARTITION.get(name, "iid")
@@ -63,6 +70,21 @@ def load(name: str, *, num_clients: int, partition: str | None = None,
       raise UsageError(f"the quadratic toy has one example per client; partition must be "
                        f"natural, got {partition!r}")
     return scalar_quadratic(num_clients, quadratic_variant)
+  if name in ("gaussmix_shards", "synth_pfl"):
+    if partition != "natural":
+      raise UsageError(f"{name} deals its own clients; partition must be natural, "
+                       f"got {partition!r}")
+    if name == "gaussmix_shards":
+      return gaussmix_shards(num_clients, num_priority or 2, partition_seed,
+                             num_shards=num_shards or 2 * num_clients,
+                             shard_size=shard_size or 10,
+                             shards_per_client=shards_per_client)
+    priority = num_priority or 10
+    if num_clients <= priority:
+      raise UsageError(f"synth_pfl needs more clients than its {priority} priority "
+                       f"clients; got --num_clients={num_clients}")
+    return synth_pfl(partition_seed, num_priority=priority, num_free=num_clients - priority,
+                     alpha=synthetic_alpha, beta=synthetic_beta, **(pfl or {}))
   if name == "synthetic":
     if partition not in _SYNTHETIC_PARTITIONS:
       raise UsageError(f"synthetic data has its natural per-user split; partition "
@@ -71,21 +93,23 @@ def load(name: str, *, num_clients: int, partition: str | None = None,
                           max_examples_per_client=synthetic_max_examples_per_client)
   if name in DATASETS and name in IMAGE_SPECS:
     return _load_image(name, num_clients, partition, alpha, shards_per_client,
-                       partition_seed, data_dir, cache_dir, shard_size, pool_size)
+                       partition_seed, data_dir, cache_dir, shard_size, pool_size,
+                       num_shards)
   raise UsageError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}")
 
 
 def _load_image(name: str, num_clients: int, partition: str, alpha: float,
                 shards_per_client: int, seed: int, data_dir: str | None,
                 cache_dir: str | None, shard_size: int = 0,
-                pool_size: int = 10000) -> Dataset:
+                pool_size: int = 10000, num_shards: int = 0) -> Dataset:
   if partition not in PARTITIONS:  # fail before the (possibly slow) load
     raise UsageError(f"unknown partition {partition!r}; choose one of {', '.join(PARTITIONS)}")
   a = load_arrays(name, data_dir=data_dir, cache_dir=cache_dir)
   c = a["num_classes"]
   clients = make_partition(partition, a["train_y"], num_clients, seed, alpha=alpha,
                            shards_per_client=shards_per_client, num_classes=c,
-                           shard_size=shard_size, pool_size=pool_size)
+                           shard_size=shard_size, pool_size=pool_size,
+                           num_shards=num_shards)
   train = FederatedData.from_partition(a["train_x"], a["train_y"], clients)
   spec = IMAGE_SPECS[name]
   return Dataset(name=name, train=train, test_x=a["test_x"],

@@ -152,17 +152,48 @@ def iid_unbalanced(labels: np.ndarray, num_clients: int, shard_size: int, seed: 
   return [order[owner == i].astype(np.int64) for i in range(num_clients)]
 
 
+# --- issue 7 (spec 004_fedalign §4.1, the authors' general_partition) ----------------------
+def shards_random(labels: np.ndarray, num_clients: int, shards_per_client: int,
+                  shard_size: int, seed: int, num_shards: int = 0) -> list[np.ndarray]:
+  """Each of ``num_shards`` shards (default num_clients * shards_per_client) draws a class
+  uniformly and ``shard_size`` examples of it WITH replacement; each client takes
+  ``shards_per_client`` distinct shards uniformly, independently of the other clients
+  (two clients may share a shard)."""
+  labels, num_classes = _check_labels(labels, num_clients, None)
+  num_shards = num_shards or num_clients * shards_per_client
+  if shard_size <= 0 or shards_per_client <= 0:
+    raise UsageError(f"shard_size and shards_per_client must be positive, got {shard_size} "
+                     f"and {shards_per_client}")
+  if shards_per_client > num_shards:
+    raise UsageError(f"shards_per_client={shards_per_client} exceeds the {num_shards} shards")
+  rng = np.random.default_rng(seed)
+  present = np.unique(labels)
+  by_class = {c: np.flatnonzero(labels == c) for c in present}
+  cls = rng.choice(present, num_shards)
+  shard = [rng.choice(by_class[c], shard_size, replace=True) for c in cls]
+  clients = []
+  for _ in range(num_clients):
+    ids = rng.choice(num_shards, shards_per_client, replace=False)
+    clients.append(rng.permutation(np.concatenate([shard[j] for j in ids])).astype(np.int64))
+  return clients
+
+
+SHARDS_RANDOM_SIZE = 500  # the paper's FMNIST/CIFAR shards (--shard_size=0)
+
 PARTITIONS: dict[str, Callable[..., list[np.ndarray]]] = {
     "iid": iid, "dirichlet": dirichlet, "shards": shards,
     "noniid": unbalanced_shards, "very_noniid": unbalanced_shards,  # issue 6
-    "iid_unbalanced": iid_unbalanced}
+    "iid_unbalanced": iid_unbalanced, "shards_random": shards_random}  # issue 7
 
 
 def partition(name: str, labels: np.ndarray, num_clients: int, seed: int, *,
               alpha: float = 0.5, shards_per_client: int = 2,
               num_classes: int | None = None, shard_size: int = 0,
-              pool_size: int = 10000) -> list[np.ndarray]:
+              pool_size: int = 10000, num_shards: int = 0) -> list[np.ndarray]:
   """Dispatches to one of ``PARTITIONS``; the arguments a partitioner does not use are ignored."""
+  if name == "shards_random":
+    return shards_random(labels, num_clients, shards_per_client,
+                         shard_size or SHARDS_RANDOM_SIZE, seed, num_shards)
   if name in PAPER_SHARD_SIZES:  # issue 6
     size = shard_size or PAPER_SHARD_SIZES[name]
     return PARTITIONS[name](labels, num_clients, size, seed, pool_size)

@@ -46,6 +46,9 @@ class ImageSpec:
 SPECS: dict[str, ImageSpec] = {
     "mnist": ImageSpec("mnist", "3.0.1", (28, 28, 1), 10, 60000, 10000),
     "fmnist": ImageSpec("fashion_mnist", "3.0.1", (28, 28, 1), 10, 60000, 10000),
+    # FedALIGN's EMNIST (spec 004 §4.1): the balanced split, 47 classes. TFDS stores the
+    # images transposed; dense models do not care, and we keep TFDS's orientation.
+    "emnist": ImageSpec("emnist/balanced", "3.1.0", (28, 28, 1), 47, 112800, 18800),
     # The "extra" split (531,131 images) is not used, as in the paper.
     "svhn": ImageSpec(
         "svhn_cropped", "3.1.0", (32, 32, 3), 10, 73257, 26032,
@@ -160,7 +163,8 @@ def _convert(name: str, spec: ImageSpec, data_dir: str | None,
   download = False
   if not builder.is_prepared():
     if not _network_ok():
-      looked = data_dir or f"the TFDS default ({os.path.dirname(os.path.dirname(builder.data_dir))})"
+      root = str(builder.data_dir)[:-len(f"/{spec.tfds_name}/{spec.version}")]
+      looked = data_dir or f"the TFDS default ({root})"
       raise DataMissingError(
           f"dataset {name!r} ({ident}) is not prepared in {looked} nor cached in "
           f"{cache_desc}, and {_PROBE_HOST[0]} is unreachable: set TFDS_DATA_DIR "

@@ -16,7 +16,7 @@ import numpy as np
 
 from fedjax_bench.errors import UsageError
 
-PARTICIPATIONS = ("uniform", "full", "bernoulli")
+PARTICIPATIONS = ("uniform", "full", "bernoulli", "uniform_sparse")
 
 
 def _no_state(key):
@@ -30,6 +30,9 @@ class Participation(NamedTuple):
   step: Callable[[jax.Array, jax.Array, Any], tuple[jax.Array, Any]]  # (key, t, state)
   init: Callable[[jax.Array], Any] = _no_state
   probs: Optional[Callable[[jax.Array], jax.Array]] = None  # t -> [num_clients] p_i^t
+  # (key, t) -> [cap] increasing client ids, for populations too large for a mask per
+  # round (`uniform_sparse`); rounds.observe then builds the cohort without a mask.
+  draw_ids: Optional[Callable[[jax.Array, jax.Array], jax.Array]] = None
 
   def sample(self, key, t, state=()):
     """The mask alone (for stateless schemes and tests)."""
@@ -71,6 +74,47 @@ def uniform(num_clients: int, clients_per_round: int) -> Participation:
                    lambda t: jnp.full(num_clients, rate, jnp.float32))
 
 
+def distinct_ids(key, num_clients: int, m: int) -> jax.Array:
+  """m distinct ids of [0, num_clients), increasing, uniform over the m-subsets, in O(m log m)
+  work: draw m ids with replacement, then redraw the duplicates until there are none. The
+  procedure commutes with every relabelling of the clients, so every m-subset is equally
+  likely. Expected redraw rounds: about 1 + m²/(2n) when m is much smaller than n."""
+  def redraw(state):
+    ids, key, _ = state
+    key, sub = jax.random.split(key)
+    ids = jnp.sort(ids)
+    dup = jnp.concatenate([jnp.zeros(1, bool), ids[1:] == ids[:-1]])
+    ids = jnp.where(dup, jax.random.randint(sub, (m,), 0, num_clients), ids)
+    return ids, key, jnp.any(dup)
+
+  key, sub = jax.random.split(key)
+  ids = jax.random.randint(sub, (m,), 0, num_clients)
+  ids, _, _ = jax.lax.while_loop(lambda s: s[2], redraw, (ids, key, jnp.bool_(True)))
+  return jnp.sort(ids).astype(jnp.int32)
+
+
+def uniform_sparse(num_clients: int, clients_per_round: int) -> Participation:
+  """``uniform`` (m of n without replacement) drawn as ids in O(m), never as a mask over
+  all n: the round costs what its cohort costs, for populations of millions. Its mask
+  (``sample``) is only for tests; algorithms see the cohort (rounds.observe)."""
+  if not 0 < clients_per_round <= num_clients:
+    raise UsageError(f"clients_per_round={clients_per_round} must be in [1, num_clients="
+                     f"{num_clients}]")
+  m = clients_per_round
+  if 2 * m > num_clients:  # redrawing would take long; the O(n) draw is as cheap here
+    base = uniform(num_clients, m)
+    draw = lambda key, t: jnp.nonzero(base.sample(key, t), size=m)[0].astype(jnp.int32)
+  else:
+    draw = lambda key, t: distinct_ids(key, num_clients, m)
+
+  def mask(key, t):
+    return jnp.zeros(num_clients, bool).at[draw(key, t)].set(True)
+
+  rate = m / num_clients
+  return stateless(num_clients, m, mask,
+                   lambda t: jnp.full(num_clients, rate, jnp.float32))._replace(draw_ids=draw)
+
+
 def bernoulli(probs, cap: int | None = None) -> Participation:
   """Client i is active with probability probs[i], independently.
 
@@ -94,6 +138,8 @@ def make(name: str, num_clients: int, *, clients_per_round: int = 10,
     return full(num_clients)
   if name == "uniform":
     return uniform(num_clients, clients_per_round)
+  if name == "uniform_sparse":
+    return uniform_sparse(num_clients, clients_per_round)
   if name == "bernoulli":
     if not 0 < prob <= 1:
       raise UsageError(f"--participation_prob={prob} must be in (0, 1]")

@@ -1,0 +1,74 @@
+"""The memory model of every algorithm, measured from state shapes (issue 9).
+
+  python benchmarks/memory_model.py [--output=results/speed/memory_model.md]
+
+For each algorithm, the persistent state of one run (server + clients, `jax.eval_shape` of
+`init`, nothing allocated) is measured at two population sizes n and two model sizes d
+(Synthetic(1, 1) data, logistic regression with 60 or 120 features) and fitted exactly by
+S(n, d) = a + b·n + c·d + e·n·d. The table gives b (bytes per client), e (bytes per client
+per parameter) and c (server bytes per parameter). A run also holds the data and the round's
+working set; `core/memory.estimate` adds those, and the command line checks the total
+against the device before it starts.
+"""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from absl import app  # noqa: E402
+from absl import flags  # noqa: E402
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+
+from fedjax_bench import algorithms, cli, data, experiment, results  # noqa: E402
+from fedjax_bench.core import memory  # noqa: E402
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("output", "results/speed/memory_model.md", "The markdown table.")
+
+
+def state_bytes(algo: str, n: int, dim: int) -> int:
+  cfg = dict(cli.our_flags(), algo=algo, dataset="synthetic", num_clients=n,
+             participation="full", rounds=10, model="logreg", test_mix="official")
+  given = {"algo", "dataset", "num_clients", "participation", "rounds", "model"}
+  if algo.startswith("fedef"):  # error feedback keeps state only with a compressor
+    cfg["compressor"] = "topk"
+  cfg = experiment.with_defaults(cfg, given)
+  dataset = data.leaf_synthetic(n, 1.0, 1.0, 0, dim=dim, max_examples_per_client=60)
+  exp = experiment.setup(cfg, dataset=dataset)
+  server, clients = jax.eval_shape(exp.build(exp.hparams).init, jax.random.PRNGKey(0))
+  return memory.tree_bytes((server, clients)), memory.tree_bytes(server.params) // 4
+
+
+def fit(algo: str) -> dict:
+  rows, rhs = [], []
+  for n in (20, 40):
+    for dim in (60, 120):
+      s, d = state_bytes(algo, n, dim)
+      rows.append([1, n, d, n * d])
+      rhs.append(s)
+  a, b, c, e = np.linalg.solve(np.asarray(rows, float), np.asarray(rhs, float))
+  return {"algo": algo, "const": a, "per_client": b, "per_param": c, "per_client_param": e}
+
+
+def main(argv):
+  del argv
+  rows = [fit(a) for a in sorted(algorithms.ALGORITHMS)]
+  lines = ["# Memory model: persistent state of one run", "",
+           "S(n, d) = a + b·n + c·d + e·n·d bytes for n clients and d parameters, fitted "
+           "exactly from `jax.eval_shape` of each algorithm's `init` "
+           "(`benchmarks/memory_model.py`). Multiply by the runs a device holds (seeds × grid "
+           "points / devices); add the data and the round's working set (`core/memory.py`).",
+           "", "| algorithm | bytes per client per parameter (e) | bytes per client (b) | "
+           "server bytes per parameter (c) |", "|---|---:|---:|---:|"]
+  for r in rows:
+    lines.append(f"| `{r['algo']}` | {r['per_client_param']:.0f} | {r['per_client']:.0f} | "
+                 f"{r['per_param']:.0f} |")
+  text = "\n".join(lines) + "\n"
+  results.atomic_write_text(FLAGS.output, text)
+  print(text)
+
+
+if __name__ == "__main__":
+  app.run(main)

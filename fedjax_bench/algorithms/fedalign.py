@@ -1,0 +1,316 @@
+"""FedALIGN (Ravi & Shomorony, "Utilizing Free Clients in Federated Learning for Focused
+Model Enhancement"; spec 004_fedalign) and the baselines it is compared with.
+
+The objective counts only the priority clients P: F(w) = Σ_{k∈P} p_k F_k(w),
+p_k = D_k / Σ_{i∈P} D_i. Each round r, at the broadcast model w:
+  1. g = the score of w on the priority clients' data (accuracy, or loss), and s_k the
+     score of w on free client k's data (all of it, or --selection_batch examples);
+  2. after the warm-up (r ≥ --warmup_rounds) free client k opts in if it is no worse than
+     g by ε_r and the server accepts it if |s_k − g| < ε_r (--align_epsilon, its schedule);
+  3. the priority clients and the admitted free clients run local SGD from w (with
+     --prox_mu > 0, on F_k(v) + μ/2 ‖v − w‖²: FedProx);
+  4. w ← (Σ_{k∈P} p_k w_k + Σ_{k∉P} p_k I_k w_k) / (1 + Σ_{k∉P} p_k I_k).
+Baselines (spec §2.3): fedavg_priority admits nobody (FedALIGN at ε = 0);
+fedavg_all_clients admits every free client after the warm-up (ε = ∞); local_model trains
+one free client alone (w ← ClientUpdate(w, data_j)).
+Partial participation (§2.4): each round a uniform --priority_fraction of P (or K draws
+with replacement ∝ p_k) and a --free_fraction of the free clients (uniform, or Bernoulli).
+--compat=authors_code reproduces the released script's server update instead (§2.5).
+
+Keys: client k's local key depends on (seed, round, k) only, never on the method or on
+who else was admitted, so FedALIGN at ε = 0 is FedAvg on P bit for bit.
+"""
+
+import functools
+from types import SimpleNamespace
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from fedjax_bench.core import aggregate, client_scores, cohort, keys, rounds
+from fedjax_bench.core.rounds import ServerState
+from fedjax_bench.core.task import Task
+from fedjax_bench.core.types import FederatedAlgorithm
+from fedjax_bench.errors import UsageError
+from fedjax_bench.sim.world import World
+
+METHODS = ("fedalign", "fedavg_priority", "fedavg_all_clients", "local_model")
+SCORES = ("accuracy", "loss")
+INEQUALITIES = ("strict", "nonstrict")
+EPS_SCHEDULES = ("constant", "step", "linear_to_zero", "exp_decay")
+PRIORITY_SAMPLINGS = ("without_replacement", "with_replacement")
+FREE_SAMPLINGS = ("without_replacement", "bernoulli")
+COMPATS = ("none", "authors_code")
+WEIGHTINGS = ("data_size", "uniform")
+
+
+def epsilon(hp: dict, r) -> jax.Array:
+  """ε_r (spec §2.2): constant; step (--align_eps_late from --align_eps_round on);
+  linear_to_zero (from --align_eps_round to --align_eps_end_round); exp_decay (γ^r)."""
+  e0 = jnp.asarray(hp.get("align_epsilon", 0.2), jnp.float32)
+  schedule = hp.get("align_eps_schedule", "constant")
+  r = jnp.asarray(r, jnp.float32)
+  if schedule == "step":
+    return jnp.where(r < hp.get("align_eps_round", 0), e0, hp.get("align_eps_late", 0.0))
+  if schedule == "linear_to_zero":
+    start, end = hp.get("align_eps_round", 0), hp.get("align_eps_end_round", 1)
+    return e0 * jnp.clip((end - r) / jnp.maximum(end - start, 1), 0.0, 1.0)
+  if schedule == "exp_decay":
+    return e0 * jnp.power(hp.get("align_eps_gamma", 0.99), r)
+  return e0
+
+
+def build(task: Task, world: World, hp: dict, *, method: str) -> FederatedAlgorithm:
+  """hp: client_lr, batch_size, sampling, weighting, server_opt, prox_mu, align_epsilon
+  (+ schedule), align_score, align_inequality, selection_batch, warmup_rounds,
+  priority_fraction, free_fraction, priority_sampling, free_sampling, compat,
+  local_client, record_admitted."""
+  cfg = _check(task, hp, method)
+  is_p = task.priority
+  n = task.num_clients
+  prio_np = np.asarray(is_p)
+  n_p, n_f = int(prio_np.sum()), int((~prio_np).sum())
+  k_p = max(1, int(np.floor(cfg["priority_fraction"] * n_p)))
+  k_f = int(np.floor(cfg["free_fraction"] * n_f))
+  full = cfg["priority_fraction"] == 1 and cfg["free_fraction"] == 1
+  d = task.counts.astype(jnp.float32)
+  p = d / jnp.sum(jnp.where(is_p, d, 0.0))  # the paper's p_k, for every client
+  local_id = cfg["local_client"]
+  sopt = rounds.server_optimizer(hp)
+  mu = hp.get("prox_mu", 0.0)
+  record = bool(hp.get("record_admitted", False))
+  free_ids = np.flatnonzero(~prio_np)
+
+  def participation(key):
+    """(who takes part [N] bool, how often each priority client was drawn [N])."""
+    key = keys.for_purpose(key, "participation")
+    kp, kf = jax.random.split(key)
+    if full:
+      return jnp.ones(n, bool), jnp.ones(n, jnp.float32)
+    if cfg["priority_sampling"] == "with_replacement":
+      draws = jax.random.choice(kp, n, (k_p,), p=jnp.where(is_p, p, 0.0))
+      mult = jnp.zeros(n, jnp.float32).at[draws].add(1.0)
+    else:
+      mult = _uniform_subset(kp, is_p, k_p).astype(jnp.float32)
+    if cfg["free_sampling"] == "bernoulli":
+      free = ~is_p & (jax.random.uniform(kf, (n,)) < cfg["free_fraction"])
+    else:
+      free = _uniform_subset(kf, ~is_p, k_f)
+    return (mult > 0) | free, mult
+
+  def scores(params, key):
+    """(g, s [N]) at ``params``: the priority score and each client's selection score."""
+    loss, acc = client_scores.per_client(task, params)
+    m = acc if cfg["score"] == "accuracy" else loss
+    g = jnp.sum(jnp.where(is_p, d * m, 0.0)) / jnp.sum(jnp.where(is_p, d, 0.0))
+    if cfg["selection_batch"]:
+      loss, acc = client_scores.minibatch(task, params, keys.for_purpose(key, "selection"),
+                                          cfg["selection_batch"])
+      m = acc if cfg["score"] == "accuracy" else loss
+    return g, m
+
+  def admit(server: ServerState, key, part):
+    """The free clients included this round, and the selection diagnostics."""
+    r = server.round
+    warm = r >= hp.get("warmup_rounds", 0)
+    eps = epsilon(hp, r)
+    free = ~is_p & part
+    if method == "local_model":
+      admitted = jnp.arange(n) == local_id
+      return admitted, {}
+    g, s = scores(server.params, key)
+    if cfg["score"] == "accuracy":
+      opt_in = s >= g - eps
+    else:
+      opt_in = s <= g + eps
+    gap = jnp.abs(s - g)
+    accept = gap < eps if cfg["inequality"] == "strict" else gap <= eps
+    asked = free & warm
+    if method == "fedalign":
+      opt_in, accept = asked & opt_in, asked & opt_in & accept
+    else:  # fedavg_all_clients: everyone after the warm-up; fedavg_priority: nobody
+      opt_in = accept = asked if method == "fedavg_all_clients" else jnp.zeros(n, bool)
+    return accept, {"global_score": g, "epsilon": eps,
+                    "n_opt_in": jnp.sum(opt_in).astype(jnp.float32),
+                    "n_accepted": jnp.sum(accept).astype(jnp.float32)}
+
+  def local_loss(start):
+    if not mu:
+      return None
+    return lambda v, xb, yb, wb, rng: (task.loss(v, xb, yb, wb, rng) + 0.5 * mu
+                                       * optax.tree.norm(optax.tree.sub(v, start), squared=True))
+
+  def weights(admitted, mult):
+    base = d if cfg["weighting"] == "data_size" else jnp.ones(n, jnp.float32)
+    if cfg["priority_sampling"] == "with_replacement" and not full:
+      prio = mult / k_p * jnp.sum(jnp.where(is_p, base, 0.0))  # eq. 56: (1/K) Σ_{S_t}
+    else:
+      prio = jnp.where(is_p, mult, 0.0) * base
+    return jnp.where(is_p, prio, jnp.where(admitted, base, 0.0))
+
+  cap = 1 if method == "local_model" else (n if full or cfg["free_sampling"] == "bernoulli"
+                                     else k_p + k_f)
+
+  def round_fn(server: ServerState, clients, key):
+    part, mult = participation(key)
+    if method == "local_model":
+      mult = jnp.zeros(n, jnp.float32)
+    admitted, diag = admit(server, key, part)
+    a = weights(admitted, mult)
+    c = cohort.from_mask(a > 0, cap)
+    deltas, losses = rounds.train(task, world, hp, server.params, c, key, server.round,
+                                  loss_fn=local_loss(server.params))
+    delta = aggregate.weighted_mean(deltas, jnp.where(c.valid, a[c.ids], 0.0))
+    server = rounds.apply_update(sopt, server, delta, server.world, skip=~jnp.any(c.valid))
+    return server, clients, {**rounds.metrics(a > 0, c, losses), **diag,
+                             **_inclusion_metrics(task, p, admitted, free_ids, record)}
+
+  if cfg["compat"] == "authors_code":
+    round_fn = _authors_round(task, world, hp, method, cfg, participation, scores,
+                              k_p, k_f, free_ids, record, p)
+  return FederatedAlgorithm(
+      lambda key: (rounds.init_server(task, world, sopt, key), ()), round_fn)
+
+
+def _uniform_subset(key, eligible, k: int):
+  """k of the ``eligible`` clients uniformly without replacement ([N] bool)."""
+  u = jnp.where(eligible, jax.random.uniform(key, eligible.shape), 2.0)
+  chosen = jnp.zeros(eligible.shape, bool).at[jnp.argsort(u)[:k]].set(True)
+  return chosen & eligible
+
+
+def _inclusion_metrics(task, p, admitted, free_ids, record: bool) -> dict:
+  free = ~task.priority & admitted
+  out = {"n_admitted": jnp.sum(free).astype(jnp.float32),
+         "theta_term": 1.0 / (1.0 + jnp.sum(jnp.where(free, p, 0.0)))}
+  if task.aligned is not None:
+    out["n_admitted_aligned"] = jnp.sum(free & task.aligned).astype(jnp.float32)
+  if record:
+    out.update({admitted_name(int(k)): free[k].astype(jnp.float32) for k in free_ids})
+  return out
+
+
+def admitted_name(k: int) -> str:
+  return f"admitted_{k:04d}"
+
+
+def _authors_round(task, world, hp, method, cfg, participation, scores, k_p, k_f,
+                   free_ids, record, p):
+  """The released fl-priority/main.py (spec §2.5): uniform weights, Δ̄_P applied several
+  times, free clients starting from w1 (All) or w2 (FedALIGN), g at w1 against s at w2
+  on one minibatch, the warm-up ending a round early, and no proximal gradient."""
+  is_p = task.priority
+  sgd = optax.sgd(1.0)
+  mean = lambda deltas, w: aggregate.weighted_mean(deltas, w)
+
+  def round_fn(server: ServerState, clients, key):
+    w, r = server.params, server.round
+    part, _ = participation(key)
+    c_p = cohort.from_mask(is_p & part, k_p)
+    d_p, losses = rounds.train(task, world, hp, w, c_p, key, r)
+    dbar = mean(d_p, c_p.valid.astype(jnp.float32))
+    add = lambda x, delta, times=1.0: jax.tree.map(lambda a, b: a + times * b, x, delta)
+    w1, new = add(w, dbar), add(w, dbar, 3.0)
+    warm = r + 1 >= hp.get("warmup_rounds", 0)
+    admitted = jnp.zeros(task.num_clients, bool)
+    diag = {}
+    if method in ("fedavg_all_clients", "fedalign"):
+      if method == "fedavg_all_clients":
+        admitted, start = ~is_p & part, w1
+      else:
+        start = add(w1, dbar)
+        g, _ = scores(w1, key)
+        _, s = scores(start, key)
+        admitted = ~is_p & part & (jnp.abs(s - g) < epsilon(hp, r))
+        diag = {"global_score": g, "epsilon": epsilon(hp, r)}
+      c_f = cohort.from_mask(admitted, k_f)
+      d_f, _ = rounds.train(task, world, hp, start, c_f, key, r)
+      total = jnp.sum(c_p.valid) + jnp.sum(c_f.valid)
+      a = jax.tree.map(lambda x, y: x + y,
+                       aggregate.weighted_sum(d_p, c_p.valid.astype(jnp.float32)),
+                       aggregate.weighted_sum(d_f, c_f.valid.astype(jnp.float32)))
+      a = jax.tree.map(lambda x: x / jnp.maximum(total, 1).astype(x.dtype), a)
+      mixed = add(start, a, 2.0 if method == "fedavg_all_clients" else 1.0)
+      new = jax.tree.map(lambda x, y: jnp.where(warm, x, y), mixed, new)
+      admitted = admitted & warm
+    delta = jax.tree.map(jnp.subtract, new, w)
+    updates, opt_state = sgd.update(jax.tree.map(jnp.negative, delta), server.opt_state, w)
+    server = ServerState(optax.apply_updates(w, updates), opt_state, r + 1, server.world,
+                         server.aux)
+    return server, clients, {**rounds.metrics(is_p & part, c_p, losses), **diag,
+                             **_inclusion_metrics(task, p, admitted, free_ids, record)}
+
+  return round_fn
+
+
+def _check(task: Task, hp: dict, method: str) -> dict:
+  if method not in METHODS:
+    raise UsageError(f"unknown prioritized-FL method {method!r}; valid: {', '.join(METHODS)}")
+  if task.priority is None:
+    raise UsageError("prioritized FL needs priority clients: give --num_priority (or a "
+                     "dataset that defines them: synth_pfl, gaussmix_shards)")
+  cfg = {
+      "score": _choice(hp, "align_score", "accuracy", SCORES),
+      "inequality": _choice(hp, "align_inequality", "strict", INEQUALITIES),
+      "schedule": _choice(hp, "align_eps_schedule", "constant", EPS_SCHEDULES),
+      "priority_sampling": _choice(hp, "priority_sampling", "without_replacement",
+                                   PRIORITY_SAMPLINGS),
+      "free_sampling": _choice(hp, "free_sampling", "without_replacement", FREE_SAMPLINGS),
+      "compat": _choice(hp, "compat", "none", COMPATS),
+      "weighting": _choice(hp, "weighting", "data_size", WEIGHTINGS),
+      "selection_batch": rounds.static_int(hp, "selection_batch", 0),
+      "priority_fraction": rounds.static_float(hp, "priority_fraction", 1.0),
+      "free_fraction": rounds.static_float(hp, "free_fraction", 1.0),
+  }
+  for name in ("priority_fraction", "free_fraction"):
+    if not 0 < cfg[name] <= 1:
+      raise UsageError(f"--{name}={cfg[name]} must lie in (0, 1]")
+  if cfg["selection_batch"] < 0:
+    raise UsageError(f"--selection_batch={cfg['selection_batch']} must be >= 0 (0: all of "
+                     "a client's examples)")
+  for name in ("align_epsilon", "prox_mu", "warmup_rounds"):
+    value = hp.get(name, 0)
+    if not isinstance(value, jax.core.Tracer) and value < 0:
+      raise UsageError(f"--{name}={value} must be >= 0")
+  prio = np.asarray(task.priority)
+  cfg["local_client"] = -1
+  if method == "local_model":
+    k = int(hp.get("local_client", -1))
+    if k < 0:
+      raise UsageError("--algo=local_model needs the free client to train (--local_client)")
+    if not 0 <= k < task.num_clients or prio[k]:
+      raise UsageError(f"--local_client={k} must be a free client; free clients: "
+                       f"{_ids(np.flatnonzero(~prio))}")
+    cfg["local_client"] = k
+  if cfg["compat"] == "authors_code":
+    if method == "local_model":
+      raise UsageError("--compat=authors_code covers fedalign, fedavg_priority and "
+                       "fedavg_all_clients, not local_model")
+    if cfg["priority_sampling"] != "without_replacement" or cfg["free_sampling"] != \
+        "without_replacement":
+      raise UsageError("--compat=authors_code samples clients uniformly without replacement")
+    if not cfg["selection_batch"]:
+      cfg["selection_batch"] = 32  # the script scores one minibatch of 32
+  return cfg
+
+
+def _choice(hp: dict, name: str, default: str, valid) -> str:
+  value = hp.get(name, default)
+  if value not in valid:
+    raise UsageError(f"unknown --{name}={value!r}; valid: {', '.join(valid)}")
+  return value
+
+
+def _ids(ids) -> str:
+  ids = [int(i) for i in ids]
+  return ", ".join(map(str, ids[:20])) + (", ..." if len(ids) > 20 else "")
+
+
+# The registry's names; the FedProx versions default --prox_mu to 1 (experiment.py).
+fedalign = SimpleNamespace(build=functools.partial(build, method="fedalign"))
+fedavg_priority = SimpleNamespace(build=functools.partial(build, method="fedavg_priority"))
+fedavg_all_clients = SimpleNamespace(build=functools.partial(build,
+                                                            method="fedavg_all_clients"))
+local_model = SimpleNamespace(build=functools.partial(build, method="local_model"))

@@ -1,0 +1,92 @@
+"""Priority and free clients (spec 004_fedalign §1, §4.1).
+
+The prioritized objective counts only the priority clients, so the test set is the
+official test split resampled to their label mix, and a free client is "aligned" when its
+labels are among theirs (spec §7 item 24, the label-shard diagnostic).
+"""
+
+import dataclasses
+
+import numpy as np
+
+from fedjax_bench.data.federated import Dataset
+from fedjax_bench.errors import UsageError
+
+TEST_MIXES = ("priority", "local_client", "official")
+
+
+def choose(num_clients: int, num_priority: int, seed: int) -> np.ndarray:
+  """[num_clients] bool: ``num_priority`` clients uniformly without replacement."""
+  if not 1 <= num_priority < num_clients:
+    raise UsageError(f"--num_priority={num_priority} must be between 1 and "
+                     f"--num_clients - 1 = {num_clients - 1}")
+  mask = np.zeros(num_clients, bool)
+  mask[np.random.default_rng([seed, 4]).choice(num_clients, num_priority, replace=False)] = True
+  return mask
+
+
+def label_aligned(hist: np.ndarray, priority: np.ndarray) -> np.ndarray:
+  """Free clients whose label set lies inside the priority clients' ("fully aligned")."""
+  labels = hist[priority].sum(0) > 0
+  return ~priority & np.all((hist > 0) <= labels, axis=1)
+
+
+def resample_test(test_x: np.ndarray, test_y: np.ndarray, label_counts: np.ndarray,
+                  seed: int) -> tuple[np.ndarray, np.ndarray]:
+  """The authors' create_test_data: floor(π_c |test|) test examples of each class c,
+  drawn with replacement, shuffled; π the label proportions of ``label_counts``."""
+  pi = label_counts / label_counts.sum()
+  rng = np.random.default_rng([seed, 5])
+  take = []
+  for c in np.flatnonzero(pi):
+    pool = np.flatnonzero(test_y == c)
+    if pool.size == 0:
+      raise UsageError(f"class {c} of the priority clients has no test examples to resample "
+                       "the test set from; use --test_mix=official")
+    take.append(rng.choice(pool, int(np.floor(pi[c] * len(test_y))), replace=True))
+  idx = rng.permutation(np.concatenate(take))
+  return test_x[idx], test_y[idx]
+
+
+def local_client(dataset: Dataset) -> int:
+  """The authors' Fig. 3 client: the first free client whose first example's label is
+  among the priority clients' first-example labels."""
+  t, prio = dataset.train, dataset.priority
+  first = t.y[np.minimum(t.offsets, max(t.num_examples - 1, 0))]
+  wanted = set(first[prio].tolist())
+  for k in np.flatnonzero(~prio & (t.counts > 0)):
+    if first[k] in wanted:
+      return int(k)
+  raise UsageError("no free client's first label is among the priority clients'; give "
+                   "--local_client")
+
+
+def prioritize(dataset: Dataset, num_priority: int, seed: int, *, test_mix: str = "priority",
+               client: int = -1) -> Dataset:
+  """``dataset`` with priority roles (unless its generator set them) and the test set
+  that the objective needs: resampled to the priority label mix, or to free client
+  ``client``'s (-1: `local_client`) for the Fig. 3 comparison, or left as it is."""
+  if test_mix not in TEST_MIXES:
+    raise UsageError(f"unknown --test_mix={test_mix!r}; valid: {', '.join(TEST_MIXES)}")
+  n = dataset.train.num_clients
+  generated = dataset.priority is not None  # its generator drew a priority test set
+  if not generated:
+    priority = choose(n, num_priority, seed)
+    hist = dataset.label_histograms()
+    dataset = dataclasses.replace(dataset, priority=priority,
+                                  aligned=label_aligned(hist, priority))
+  elif num_priority and num_priority != int(dataset.priority.sum()):
+    raise UsageError(f"dataset {dataset.name!r} has {int(dataset.priority.sum())} priority "
+                     f"clients; --num_priority={num_priority} disagrees")
+  if test_mix == "official" or generated and test_mix == "priority":
+    return dataset
+  hist = dataset.label_histograms()
+  if test_mix == "priority":
+    counts = hist[dataset.priority].sum(0)
+  else:
+    k = client if client >= 0 else local_client(dataset)
+    if not 0 <= k < n:
+      raise UsageError(f"--local_client={k} is not a client id in [0, {n})")
+    counts = hist[k]
+  x, y = resample_test(dataset.test_x, dataset.test_y, counts, seed)
+  return dataclasses.replace(dataset, test_x=x, test_y=y)
