@@ -1,27 +1,35 @@
 """Speed of vectorized FedAvg against a per-client Python loop (the FedJAX way).
 
-  python benchmarks/speed.py [--models=logreg,mlp] [--rounds=0] [--repeats=5]
+  python benchmarks/speed.py [--workloads=w1,w2,w3,logreg32] [--rounds=0] [--repeats=5]
                              [--output_dir=results/speed]
 
-Workload: MNIST-shaped generated data, 100 clients x 600 examples, full participation
-(100 clients per round), 10 local SGD steps of batch 32, client_lr 0.1, softmax cross
-entropy. Both sides train the same model for the same number of rounds per repeat.
+Workloads (issue 9; logreg32 is issue 2's): FedAvg on MNIST-shaped generated data, 100
+clients x 600 examples, full participation (100 clients per round), 10 local SGD steps,
+client_lr 0.1, softmax cross entropy.
+  w1: logistic regression, batch 10     w2: the 784-200-200-10 MLP, batch 32
+  w3: the CNN (--model=cnn), batch 32   logreg32: logistic regression, batch 32
+Both sides train the same model for the same number of rounds per repeat.
 
 * vectorized: engine.run with fedavg.build (one lax.scan over a block of rounds, the
   cohort vmapped), eval_every = rounds, so each timed block ends with one evaluation
   (1000 test + 1000 train examples). Repeats are consecutive blocks of one engine.run
   after one warm-up block, so the program compiles once; compile time is reported apart.
-* loop: for each client, for each step, 32 indices drawn with NumPy, x/y gathered on
+* loop: for each client, for each step, B indices drawn with NumPy, x/y gathered on
   the host and passed to a jitted step(params, x, y) -> params; the deltas of the
   cohort are averaged by a jitted function; one block_until_ready per round. Its
   repeats run between the vectorized (replacement) blocks, so both sides share the
   machine's load at the time; the load average is recorded.
 
 Throughput is client-steps per second (clients x local steps x rounds / seconds), the
-median over repeats (the best is recorded too).
+median over repeats (the best is recorded too). Also reported: rounds/s, compile seconds,
+the process's peak resident memory after the workload, the FLOPs of one client step
+(XLA's cost analysis of the jitted gradient step) and the achieved fraction of this
+machine's matmul throughput, measured in the same run (float32 1024 x 1024 products on
+every device at once).
 """
 
 import os
+import resource
 import statistics
 import sys
 import time
@@ -52,16 +60,16 @@ NUM_CLIENTS = 100
 EXAMPLES_PER_CLIENT = 600
 TEST_EXAMPLES = 1000
 LOCAL_STEPS = 10
-BATCH_SIZE = 32
 CLIENT_LR = 0.1
-TARGETS = {"logreg": 5.0, "mlp": 1.5}
-# Rounds per repeat when --rounds=0: about 1-2 s per repeat on a 2-core CPU.
-DEFAULT_ROUNDS = {"logreg": 20, "mlp": 4}
+# name -> (model, batch, target ratio against the loop or None, rounds per repeat when
+# --rounds=0: about 1-2 s per repeat on a 2-core CPU)
+WORKLOADS = {"w1": ("logreg", 10, None, 30), "w2": ("mlp", 32, 1.5, 4),
+             "w3": ("cnn", 32, None, 1), "logreg32": ("logreg", 32, 5.0, 20)}
 
 FLAGS = flags.FLAGS
-flags.DEFINE_list("models", ["logreg", "mlp"], "Models to time: logreg, mlp.")
-flags.DEFINE_integer("rounds", 0, "Rounds per timed repeat; 0: a per-model default "
-                     f"({DEFAULT_ROUNDS}).")
+flags.DEFINE_list("workloads", ["w1", "w2", "w3", "logreg32"],
+                  f"Workloads to time: {', '.join(WORKLOADS)}.")
+flags.DEFINE_integer("rounds", 0, "Rounds per timed repeat; 0: the workload's default.")
 flags.DEFINE_integer("repeats", 5, "Timed repeats per measurement; the median is reported.")
 flags.DEFINE_string("output_dir", "results/speed", "Where speed.json and speed.md go.")
 flags.DEFINE_integer("client_width", -1, "Vectorized side: clients vmapped at once "
@@ -86,7 +94,8 @@ def client_steps_per_second(rounds: int, seconds: float) -> float:
 
 
 def time_vectorized(task: task_lib.Task, sampling: str, rounds: int, repeats: int,
-                    seed: int, between: Optional[Callable[[], None]] = None) -> dict:
+                    seed: int, batch: int,
+                    between: Optional[Callable[[], None]] = None) -> dict:
   """Seconds of each block of `rounds` rounds (one evaluation each), and compile time.
 
   One untimed warm-up block runs first. `between` runs after each timed block, outside
@@ -94,7 +103,7 @@ def time_vectorized(task: task_lib.Task, sampling: str, rounds: int, repeats: in
   """
   world = world_lib.make(participation.full(NUM_CLIENTS),
                          np.full(NUM_CLIENTS, LOCAL_STEPS, np.int32))
-  hp = {"client_lr": CLIENT_LR, "server_lr": 1.0, "batch_size": BATCH_SIZE,
+  hp = {"client_lr": CLIENT_LR, "server_lr": 1.0, "batch_size": batch,
         "sampling": sampling, "weighting": "uniform", "server_opt": "sgd",
         "client_width": FLAGS.client_width}
   elapsed = []  # cumulative engine-measured seconds after each block
@@ -136,13 +145,13 @@ def make_loop_fns(task: task_lib.Task):
   return step, server_update
 
 
-def loop_round(params, step, server_update, data: FederatedData, rng):
+def loop_round(params, step, server_update, data: FederatedData, rng, batch: int):
   client_params = []
   for i in range(data.num_clients):
     offset, count = int(data.offsets[i]), int(data.counts[i])
     p = params
     for _ in range(LOCAL_STEPS):
-      idx = offset + rng.integers(0, count, BATCH_SIZE)
+      idx = offset + rng.integers(0, count, batch)
       p = step(p, data.x[idx], data.y[idx])
     client_params.append(p)
   return jax.block_until_ready(server_update(params, client_params))
@@ -151,9 +160,10 @@ def loop_round(params, step, server_update, data: FederatedData, rng):
 class LoopTimer:
   """Warms up (compiles) on construction; each call times `rounds` rounds."""
 
-  def __init__(self, task: task_lib.Task, data: FederatedData, rounds: int, seed: int):
+  def __init__(self, task: task_lib.Task, data: FederatedData, rounds: int, seed: int,
+               batch: int):
     self.step, self.server_update = make_loop_fns(task)
-    self.data, self.rounds = data, rounds
+    self.data, self.rounds, self.batch = data, rounds, batch
     self.rng = np.random.default_rng(seed)
     self.params = task.init_params(jax.random.PRNGKey(seed))
     t0 = time.perf_counter()
@@ -162,7 +172,8 @@ class LoopTimer:
     self.seconds = []
 
   def _round(self):
-    self.params = loop_round(self.params, self.step, self.server_update, self.data, self.rng)
+    self.params = loop_round(self.params, self.step, self.server_update, self.data, self.rng,
+                             self.batch)
 
   def __call__(self):
     t0 = time.perf_counter()
@@ -181,85 +192,146 @@ class LoopTimer:
 def summarize(timing: dict, rounds: int) -> dict:
   rates = [client_steps_per_second(rounds, s) for s in timing["seconds"]]
   return {**timing, "client_steps_per_second": statistics.median(rates),
-          "best_client_steps_per_second": max(rates)}
+          "best_client_steps_per_second": max(rates),
+          "rounds_per_second": rounds / statistics.median(timing["seconds"])}
 
 
-def measure(model_name: str, dataset: Dataset, rounds: int, repeats: int, seed: int) -> dict:
+def matmul_flops_per_second(n: int = 1024, seconds: float = 1.0) -> float:
+  """The machine's float32 matmul throughput: n x n products on every device at once,
+  the best of about ``seconds`` of repeats."""
+  devices = jax.devices()
+  a = jax.device_put_replicated(jnp.ones((n, n), jnp.float32), devices)
+  f = jax.pmap(lambda a: a @ a)
+  f(a).block_until_ready()
+  best, t_end = float("inf"), time.perf_counter() + seconds
+  while time.perf_counter() < t_end:
+    t0 = time.perf_counter()
+    f(a).block_until_ready()
+    best = min(best, time.perf_counter() - t0)
+  return 2 * n ** 3 * len(devices) / best
+
+
+def step_flops(task: task_lib.Task, batch: int) -> float:
+  """FLOPs of one client step (forward, backward, SGD update) by XLA's cost analysis."""
+  params = task.init_params(jax.random.PRNGKey(0))
+  x, y, w = task.x[:batch], task.y[:batch], jnp.ones(batch)
+
+  def step(p):
+    g = jax.grad(task.loss)(p, x, y, w)
+    return jax.tree.map(lambda a, b: a - CLIENT_LR * b, p, g)
+
+  cost = jax.jit(step).lower(params).compile().cost_analysis()
+  cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+  return float(cost.get("flops", float("nan")))
+
+
+def peak_rss_mib() -> float:
+  return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def measure(name: str, dataset: Dataset, rounds: int, repeats: int, seed: int,
+            peak_flops: float) -> dict:
+  model_name, batch, target, _ = WORKLOADS[name]
   task = make_task(dataset, model_name)
-  row = {"model": model_name, "rounds_per_repeat": rounds, "repeats": repeats}
-  print(f"[{model_name}] vectorized (replacement) interleaved with the per-client loop ...",
+  row = {"workload": name, "model": model_name, "batch_size": batch,
+         "rounds_per_repeat": rounds, "repeats": repeats}
+  print(f"[{name}] vectorized (replacement) interleaved with the per-client loop ...",
         flush=True)
-  loop = LoopTimer(task, dataset.train, rounds, seed)
+  loop = LoopTimer(task, dataset.train, rounds, seed, batch)
   row["vectorized_replacement"] = summarize(
-      time_vectorized(task, "replacement", rounds, repeats, seed, between=loop), rounds)
+      time_vectorized(task, "replacement", rounds, repeats, seed, batch, between=loop), rounds)
   row["loop"] = summarize(loop.timing(), rounds)
-  print(f"[{model_name}] vectorized (shuffle) ...", flush=True)
+  print(f"[{name}] vectorized (shuffle) ...", flush=True)
   row["vectorized_shuffle"] = summarize(
-      time_vectorized(task, "shuffle", rounds, repeats, seed), rounds)
+      time_vectorized(task, "shuffle", rounds, repeats, seed, batch), rounds)
   vec = row["vectorized_replacement"]["client_steps_per_second"]
   row["ratio"] = vec / row["loop"]["client_steps_per_second"]
-  row["target"] = TARGETS[model_name]
-  row["met"] = bool(row["ratio"] >= row["target"])
+  row["target"] = target
+  row["met"] = None if target is None else bool(row["ratio"] >= target)
+  row["flops_per_client_step"] = step_flops(task, batch)
+  row["achieved_flops_per_second"] = row["flops_per_client_step"] * vec
+  row["matmul_fraction"] = row["achieved_flops_per_second"] / peak_flops
+  row["peak_rss_mib_after"] = peak_rss_mib()
   return row
 
 
 def table(rows: list[dict]) -> str:
-  lines = ["| model | vectorized client-steps/s | loop client-steps/s | ratio | target "
-           "| met? | vectorized (shuffle) client-steps/s |",
-           "|---|---:|---:|---:|---:|:---:|---:|"]
+  lines = ["| workload | model, batch | vectorized client-steps/s | rounds/s | loop "
+           "client-steps/s | ratio | target | met? | GFLOP/s | of matmul peak | compile s |",
+           "|---|---|---:|---:|---:|---:|---:|:---:|---:|---:|---:|"]
   for r in rows:
+    v = r["vectorized_replacement"]
+    target = "—" if r["target"] is None else f"{r['target']:g}x"
+    met = "—" if r["met"] is None else ("yes" if r["met"] else "no")
     lines.append(
-        f"| {r['model']} | {r['vectorized_replacement']['client_steps_per_second']:,.0f} "
-        f"| {r['loop']['client_steps_per_second']:,.0f} | {r['ratio']:.2f}x "
-        f"| {r['target']:g}x | {'yes' if r['met'] else 'no'} "
-        f"| {r['vectorized_shuffle']['client_steps_per_second']:,.0f} |")
+        f"| {r['workload']} | {r['model']}, {r['batch_size']} | "
+        f"{v['client_steps_per_second']:,.0f} | {v['rounds_per_second']:.2f} "
+        f"| {r['loop']['client_steps_per_second']:,.0f} | {r['ratio']:.2f}x | {target} | {met} "
+        f"| {r['achieved_flops_per_second'] / 1e9:.1f} | {r['matmul_fraction']:.0%} "
+        f"| {v['compile_seconds']:.1f} |")
   return "\n".join(lines)
 
 
 def markdown(rows: list[dict], env: dict) -> str:
-  compile_lines = [
-      f"- {r['model']}: vectorized compile {r['vectorized_replacement']['compile_seconds']:.2f} s "
-      f"(replacement), {r['vectorized_shuffle']['compile_seconds']:.2f} s (shuffle); "
-      f"loop warm-up round {r['loop']['warmup_round_seconds']:.2f} s" for r in rows]
+  extra = [f"- {r['workload']}: shuffled epochs {r['vectorized_shuffle']['client_steps_per_second']:,.0f} "
+           f"client-steps/s; loop warm-up round {r['loop']['warmup_round_seconds']:.2f} s; "
+           f"{r['flops_per_client_step'] / 1e6:.2f} MFLOP per client step; process peak RSS "
+           f"{r['peak_rss_mib_after']:,.0f} MiB after it" for r in rows]
   return "\n".join([
       "# FedAvg speed: vectorized engine vs per-client Python loop", "",
       f"{NUM_CLIENTS} clients per round (full participation), {LOCAL_STEPS} local steps, "
-      f"batch {BATCH_SIZE}, MNIST-shaped data ({EXAMPLES_PER_CLIENT} examples per client). "
-      "Client-steps per second, median over "
-      f"{rows[0]['repeats']} repeats; compile time excluded. `ratio` compares both sides "
-      "with minibatches drawn with replacement; the last column is the vectorized side "
-      "with shuffled epochs. Vectorized timings include one evaluation per repeat.", "",
-      table(rows), "",
-      "Compile time (not in the rates):", *compile_lines, "",
+      f"MNIST-shaped data ({EXAMPLES_PER_CLIENT} examples per client). Client-steps per "
+      f"second, median over {rows[0]['repeats']} repeats; compile time excluded. `ratio` "
+      "compares both sides with minibatches drawn with replacement. Vectorized timings "
+      "include one evaluation per repeat. GFLOP/s: XLA's FLOP count of one client step "
+      "times the vectorized client-steps/s; the matmul peak is "
+      f"{env['matmul_gflops']:.0f} GFLOP/s, measured in the same run.", "",
+      table(rows), "", *extra, "",
       f"Vectorized side: clients trained {env['client_width']} at a time "
       "(`--client_width`; 0 = the whole cohort vmapped).", "",
-      f"Machine: {env['cpu_count']} CPUs, devices {env['devices']}, jax {env['jax']}, "
-      f"{env['platform']}; 1-minute load average {env['loadavg_before'][0]:.2f} before, "
-      f"{env['loadavg_after'][0]:.2f} after.", ""])
+      f"Machine: {env['cpu_count']} CPUs ({env.get('cpu_model', '?')}), devices "
+      f"{env['devices']}, jax {env['jax']}, {env['platform']}; 1-minute load average "
+      f"{env['loadavg_before'][0]:.2f} before, {env['loadavg_after'][0]:.2f} after.", ""])
 
 
 def main(argv):
   del argv
-  unknown = [m for m in FLAGS.models if m not in TARGETS]
+  unknown = [w for w in FLAGS.workloads if w not in WORKLOADS]
   if unknown:
-    raise app.UsageError(f"unknown --models {unknown}; valid: {', '.join(TARGETS)}")
+    sys.stderr.write(f"error: unknown --workloads {unknown}; valid: {', '.join(WORKLOADS)}\n")
+    return 2
   env = {**results.environment_info(), "cpu_count": os.cpu_count(),
          "xla_flags": os.environ.get("XLA_FLAGS", ""), "loadavg_before": os.getloadavg(),
          "client_width": cohort.resolve_width(FLAGS.client_width)}
+  env["cpu_model"] = cpu_model()
+  peak = matmul_flops_per_second()
+  env["matmul_gflops"] = peak / 1e9
+  print(f"matmul throughput: {peak / 1e9:.0f} GFLOP/s", flush=True)
   dataset = make_dataset(FLAGS.seed)
-  rows = [measure(m, dataset, FLAGS.rounds or DEFAULT_ROUNDS[m], FLAGS.repeats, FLAGS.seed)
-          for m in FLAGS.models]
+  rows = [measure(w, dataset, FLAGS.rounds or WORKLOADS[w][3], FLAGS.repeats, FLAGS.seed, peak)
+          for w in FLAGS.workloads]
   env["loadavg_after"] = os.getloadavg()
   print(table(rows))
   os.makedirs(FLAGS.output_dir, exist_ok=True)
   config = {"num_clients": NUM_CLIENTS, "clients_per_round": NUM_CLIENTS,
             "examples_per_client": EXAMPLES_PER_CLIENT, "local_steps": LOCAL_STEPS,
-            "batch_size": BATCH_SIZE, "client_lr": CLIENT_LR, "statistic": "median",
+            "client_lr": CLIENT_LR, "statistic": "median",
             "seed": FLAGS.seed}
   results.atomic_write_json(os.path.join(FLAGS.output_dir, "speed.json"),
                             {"config": config, "environment": env, "results": rows})
   results.atomic_write_text(os.path.join(FLAGS.output_dir, "speed.md"), markdown(rows, env))
   print(f"wrote {FLAGS.output_dir}/speed.json and speed.md")
+
+
+def cpu_model() -> str:
+  try:
+    with open("/proc/cpuinfo") as f:
+      for line in f:
+        if line.startswith("model name"):
+          return line.split(":", 1)[1].strip()
+  except OSError:
+    pass
+  return "unknown"
 
 
 if __name__ == "__main__":

@@ -264,6 +264,19 @@ flags.DEFINE_integer("pool_size", 10000, "--partition=noniid|very_noniid|iid_unb
 flags.register_validator("alpha_floor", lambda v: 0 <= v <= 1, "--alpha_floor must be in [0, 1]")
 # --- end issue 6 ----------------------------------------------------------------------------
 
+# --- issue 9: several processes (multi-host) -------------------------------------------------
+flags.DEFINE_bool("distributed", False, "Run as one process of a multi-host job: calls "
+                  "jax.distributed.initialize() (on TPU pods and SLURM/Open MPI it finds its "
+                  "peers itself; elsewhere give --coordinator_address, --num_processes and "
+                  "--process_id). Runs are sharded over every process's devices; process 0 "
+                  "writes the results.", module_name=_MODULE)
+flags.DEFINE_string("coordinator_address", None, "--distributed: host:port of process 0.",
+                    module_name=_MODULE)
+flags.DEFINE_integer("num_processes", 0, "--distributed: how many processes (0: detect).",
+                     module_name=_MODULE)
+flags.DEFINE_integer("process_id", -1, "--distributed: this process's index (-1: detect).",
+                     module_name=_MODULE)
+
 # --- issue 7: prioritized FL, FedALIGN (spec 004_fedalign) ------------------------------------
 flags.DEFINE_integer("num_priority", 0, "Prioritized FL: priority clients, chosen at random "
                      "(0: 2 for fedalign and its baselines; synth_pfl: 10, gaussmix_shards: "
@@ -445,10 +458,13 @@ def _run() -> int:
   from fedjax_bench.core import memory
 
   seeds = parse_seeds(FLAGS.seeds)
+  if FLAGS.distributed:
+    _initialize_distributed(jax)
+  lead = jax.process_index() == 0  # writes files and prints progress
   given = {f.name for f in FLAGS.get_flags_for_module(_MODULE) if f.present}
   cfg = experiment.with_defaults(our_flags(), given)
   name = FLAGS.name or f"{cfg['algo']}_{cfg['dataset']}_{cfg['model']}"
-  out = _output_dir(name)
+  out = _output_dir(name) if lead else None
   grid = parse_sweep(FLAGS.sweep, experiment.sweepable(cfg))
   for name in grid[0] if grid else ():
     if name in given:
@@ -460,16 +476,19 @@ def _run() -> int:
                    jax.device_count())
   report = dataset.report()
 
-  print(f"{name}: {cfg['algo']} on {cfg['dataset']} ({report['num_clients']} clients, "
-        f"sizes {report['size_min']}..{report['size_max']}, "
-        f"{report['mean_classes_per_client']:.1f} classes/client), {cfg['model']}, "
-        f"seeds {seeds}, {jax.device_count()} {jax.default_backend()} device(s)", flush=True)
-  if grid:
+  if lead:
+    print(f"{name}: {cfg['algo']} on {cfg['dataset']} ({report['num_clients']} clients, "
+          f"sizes {report['size_min']}..{report['size_max']}, "
+          f"{report['mean_classes_per_client']:.1f} classes/client), {cfg['model']}, "
+          f"seeds {seeds}, {jax.device_count()} {jax.default_backend()} device(s)", flush=True)
+  if grid and lead:
     print(f"sweep: {len(grid)} grid points x {len(seeds)} seeds = {len(grid) * len(seeds)} "
           "runs in one program", flush=True)
   output = engine.run(exp.build, task, exp.hparams, seeds=seeds, rounds=cfg["rounds"],
                       eval_every=cfg["eval_every"], grid=grid or None,
-                      on_eval=_print_progress)
+                      on_eval=_print_progress if lead else None)
+  if not lead:
+    return _divergence_status(output.history)
   config = {"name": name, "flags": cfg, "seeds": seeds, "grid": grid, "argv": sys.argv,
             "started": datetime.datetime.now().isoformat(timespec="seconds"),
             "environment": results.environment_info(),
@@ -494,6 +513,18 @@ def _run() -> int:
 
 def _point_label(hparams: dict) -> str:
   return " ".join(f"{k}={v:g}" for k, v in hparams.items())
+
+
+def _initialize_distributed(jax) -> None:
+  kwargs = {}
+  if FLAGS.coordinator_address:
+    if FLAGS.num_processes < 1 or FLAGS.process_id < 0:
+      raise UsageError("--coordinator_address needs --num_processes and --process_id")
+    kwargs = dict(coordinator_address=FLAGS.coordinator_address,
+                  num_processes=FLAGS.num_processes, process_id=FLAGS.process_id)
+  # CPU processes need a collective implementation to exchange runs (GPUs/TPUs bring theirs).
+  jax.config.update("jax_cpu_collectives_implementation", "gloo")
+  jax.distributed.initialize(**kwargs)
 
 
 def _fmt(stat, spec: str = ".4f") -> str:

@@ -101,7 +101,7 @@ def run(build: Builder, task: Task, hparams: dict, *, seeds: list[int], rounds: 
   grid = grid or [{}]
   num_seeds, num_runs = len(seeds), len(grid) * len(seeds)
   sharding = run_sharding(num_runs, devices)
-  put = lambda tree: jax.device_put(tree, sharding)
+  put = lambda tree: _put(tree, sharding)
   swept = put(_grid_arrays(grid, num_seeds))
   seed_keys = put(jnp.stack([jax.random.PRNGKey(s) for s in seeds] * len(grid)))
 
@@ -148,7 +148,7 @@ def run(build: Builder, task: Task, hparams: dict, *, seeds: list[int], rounds: 
       block_exes[length] = compiled(fn, swept, seed_keys, state)
     return block_exes[length]
 
-  eval_rounds, records = [0], [(jax.device_get(eval_exe(swept, state)), {})]
+  eval_rounds, records = [0], [(_fetch(eval_exe(swept, state)), {})]
   done, run_seconds = 0, 0.0
   while done < rounds:
     length = min(eval_every, rounds - done)
@@ -156,7 +156,7 @@ def run(build: Builder, task: Task, hparams: dict, *, seeds: list[int], rounds: 
     t0 = time.perf_counter()
     state, block_metrics = exe(swept, seed_keys, state)
     evals = eval_exe(swept, state)
-    evals, block_metrics = jax.device_get((evals, block_metrics))
+    evals, block_metrics = _fetch((evals, block_metrics))
     run_seconds += time.perf_counter() - t0
     done += length
     eval_rounds.append(done)
@@ -171,6 +171,25 @@ def run(build: Builder, task: Task, hparams: dict, *, seeds: list[int], rounds: 
   timing = {"rounds_per_second": rounds / max(run_seconds, 1e-9),
             "wall_seconds": wall_seconds, "compile_seconds": compile_seconds}
   return RunOutput(history, timing, state)
+
+
+def _put(tree, sharding: NamedSharding):
+  """Host arrays onto the run mesh. With several processes (`jax.distributed`), every
+  process holds the same host values and contributes the shards of its own devices."""
+  if jax.process_count() == 1:
+    return jax.device_put(tree, sharding)
+  return jax.tree.map(
+      lambda a: jax.make_array_from_callback(np.shape(a), sharding,
+                                             lambda idx, a=a: np.asarray(a)[idx]), tree)
+
+
+def _fetch(tree):
+  """Run-sharded device arrays to host NumPy arrays; across processes, all-gathered so
+  that every process sees every run."""
+  if jax.process_count() == 1:
+    return jax.device_get(tree)
+  from jax.experimental import multihost_utils
+  return multihost_utils.process_allgather(tree, tiled=True)
 
 
 def _history(eval_rounds, records, seeds, grid) -> History:

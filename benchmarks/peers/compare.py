@@ -1,0 +1,126 @@
+"""Our FedAvg against FedJAX 0.0.17 on W1-W3, side by side in one invocation (issue 9).
+
+  python benchmarks/peers/compare.py [--workloads=w1,w2,w3] [--repeats=3] [--rounds=0]
+                                     [--venv=~/.cache/fedjax_bench/fedjax_venv]
+
+Sets up FedJAX's own virtual environment the first time (Python 3.11 with jax 0.4.30,
+jaxlib 0.4.30, dm-haiku 0.0.12, optax 0.2.2, chex 0.1.86, numpy<2.1, fedjax 0.0.17: they
+do not install beside our jax), runs `fedjax_workloads.py` there, then our engine on the
+same workloads (benchmarks/speed.py's, shuffled epochs as FedJAX's ShuffleRepeatBatch),
+and writes results/speed/peers/peers.json and peers.md with the machine they ran on.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))  # benchmarks/
+
+import speed  # noqa: E402  (defines --workloads, --rounds, --repeats, --seed, ...)
+from absl import app  # noqa: E402
+from absl import flags  # noqa: E402
+
+from fedjax_bench import results  # noqa: E402
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("venv", os.path.expanduser("~/.cache/fedjax_bench/fedjax_venv"),
+                    "FedJAX's virtual environment (created when missing).")
+flags.DEFINE_string("peers_dir", "results/speed/peers", "Where peers.json and peers.md go.")
+PINS = ["jax==0.4.30", "jaxlib==0.4.30", "dm-haiku==0.0.12", "optax==0.2.2", "chex==0.1.86",
+        "numpy<2.1", "fedjax==0.0.17"]
+TARGETS = {"w1": 10.0, "w2": 2.5}
+PEER_WORKLOADS = ("w1", "w2", "w3")
+
+
+def ensure_venv(venv: str) -> str:
+  python = os.path.join(venv, "bin", "python")
+  if os.path.exists(python) and subprocess.run(
+      [python, "-c", "import fedjax"], capture_output=True).returncode == 0:
+    return python
+  print(f"creating FedJAX's environment in {venv} ...", flush=True)
+  base = "/usr/bin/python3.11" if os.path.exists("/usr/bin/python3.11") else "python3.11"
+  for cmd in ([base, "-m", "venv", venv], [python, "-m", "pip", "install", "-q", *PINS]):
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+      tail = (p.stderr or p.stdout).strip().splitlines()[-1:] or ["?"]
+      raise SystemExit(f"error: could not set up FedJAX ({' '.join(cmd[:3])} ...): {tail[0]}")
+  return python
+
+
+def run_fedjax(python: str, workloads, rounds: int, repeats: int) -> dict:
+  cmd = [python, os.path.join(HERE, "fedjax_workloads.py"), f"--workloads={','.join(workloads)}",
+         f"--rounds={rounds}", f"--repeats={repeats}"]
+  env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "PYTHONPATH")}
+  p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+  if p.returncode != 0:
+    raise SystemExit(f"error: the FedJAX side failed: {p.stderr.strip()[-2000:]}")
+  rows = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
+  return {r["workload"]: r for r in rows}
+
+
+def ours(name: str, dataset, rounds: int, repeats: int, seed: int) -> dict:
+  model_name, batch, _, default_rounds = speed.WORKLOADS[name]
+  rounds = rounds or default_rounds
+  task = speed.make_task(dataset, model_name)
+  t = speed.time_vectorized(task, "shuffle", rounds, repeats, seed, batch)
+  return {**speed.summarize(t, rounds), "rounds_per_repeat": rounds,
+          "params": int(sum(a.size for a in __import__("jax").tree.leaves(
+              task.init_params(__import__("jax").random.PRNGKey(0)))))}
+
+
+def main(argv):
+  del argv
+  workloads = [w for w in FLAGS.workloads if w in PEER_WORKLOADS] or list(PEER_WORKLOADS)
+  env = {**results.environment_info(), "cpu_count": os.cpu_count(),
+         "cpu_model": speed.cpu_model(), "loadavg_before": os.getloadavg()}
+  python = ensure_venv(FLAGS.venv)
+  print("FedJAX side ...", flush=True)
+  theirs = run_fedjax(python, workloads, FLAGS.rounds, FLAGS.repeats)
+  dataset = speed.make_dataset(FLAGS.seed)
+  rows = []
+  for w in workloads:
+    print(f"[{w}] ours ...", flush=True)
+    mine = ours(w, dataset, FLAGS.rounds, FLAGS.repeats, FLAGS.seed)
+    ratio = mine["client_steps_per_second"] / theirs[w]["client_steps_per_second"]
+    target = TARGETS.get(w)
+    rows.append({"workload": w, "ours": mine, "fedjax": theirs[w], "ratio": ratio,
+                 "target": target, "met": None if target is None else bool(ratio >= target)})
+    print(f"[{w}] ours {mine['client_steps_per_second']:,.0f} vs FedJAX "
+          f"{theirs[w]['client_steps_per_second']:,.0f} client-steps/s: {ratio:.1f}x", flush=True)
+  env["loadavg_after"] = os.getloadavg()
+  env["fedjax_jax"] = next(iter(theirs.values()))["jax"]
+  os.makedirs(FLAGS.peers_dir, exist_ok=True)
+  results.atomic_write_json(os.path.join(FLAGS.peers_dir, "peers.json"),
+                            {"environment": env, "results": rows})
+  text = markdown(rows, env)
+  results.atomic_write_text(os.path.join(FLAGS.peers_dir, "peers.md"), text)
+  print(text)
+
+
+def markdown(rows, env) -> str:
+  lines = ["# FedAvg against FedJAX 0.0.17, side by side", "",
+           "100 clients per round, 10 local steps, MNIST-shaped random data (100 x 600 "
+           "examples), the same models and batch sizes on both sides; FedJAX's "
+           "`fed_avg.federated_averaging` with its default client loop, ours with shuffled "
+           "epochs. Client-steps per second, median over repeats, first (compiling) round "
+           "excluded.", "",
+           "| workload | model, batch | parameters | ours | FedJAX | ratio | target | met? |",
+           "|---|---|---:|---:|---:|---:|---:|:---:|"]
+  for r in rows:
+    o, f = r["ours"], r["fedjax"]
+    target = "—" if r["target"] is None else f">= {r['target']:g}x"
+    met = "—" if r["met"] is None else ("yes" if r["met"] else "no")
+    lines.append(f"| {r['workload']} | {f['model']}, {f['batch_size']} | {o['params']:,} "
+                 f"(FedJAX {f['params']:,}) | {o['client_steps_per_second']:,.0f} | "
+                 f"{f['client_steps_per_second']:,.0f} | {r['ratio']:.1f}x | {target} | {met} |")
+  lines += ["", f"Machine: {env['cpu_count']} CPUs ({env['cpu_model']}); ours jax {env['jax']} "
+            f"on {env['devices']}; FedJAX on jax {env['fedjax_jax']} (one CPU device); "
+            f"1-minute load average {env['loadavg_before'][0]:.2f} before, "
+            f"{env['loadavg_after'][0]:.2f} after.", ""]
+  return "\n".join(lines)
+
+
+if __name__ == "__main__":
+  app.run(main)

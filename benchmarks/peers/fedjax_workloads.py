@@ -1,0 +1,111 @@
+"""W1-W3 in FedJAX 0.0.17 (runs in its own environment: benchmarks/peers/compare.py sets
+it up). FedJAX's FedAvg (`fedjax.algorithms.fed_avg`) with its default per-client loop of
+jitted steps, haiku models equal to ours, MNIST-shaped random data of the same shapes.
+
+  <venv>/bin/python fedjax_workloads.py --workloads=w1,w2,w3 --repeats=3 --rounds=0
+
+Prints one JSON line per workload.
+"""
+
+import argparse
+import json
+import statistics
+import time
+
+import fedjax
+import haiku as hk
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+NUM_CLIENTS, EXAMPLES, LOCAL_STEPS, CLIENT_LR = 100, 600, 10, 0.1
+# name -> (model, batch, rounds per repeat when --rounds=0)
+WORKLOADS = {"w1": ("logreg", 10, 3), "w2": ("mlp", 32, 2), "w3": ("cnn", 32, 1),
+             "logreg32": ("logreg", 32, 3)}
+
+
+def forward(name):
+  def fn(batch):
+    x = batch["x"]
+    if name == "cnn":
+      for features in (32, 64):
+        x = jax.nn.relu(hk.Conv2D(features, 5, padding="SAME")(x))
+        x = hk.max_pool(x, 2, 2, padding="VALID")
+      x = hk.Flatten()(x)
+      x = jax.nn.relu(hk.Linear(512)(x))
+      return hk.Linear(10)(x)
+    x = hk.Flatten()(x)
+    if name == "mlp":
+      for width in (200, 200):
+        x = jax.nn.relu(hk.Linear(width)(x))
+    return hk.Linear(10)(x)
+  return hk.transform(fn)
+
+
+def model(name):
+  return fedjax.create_model_from_haiku(
+      transformed_forward_pass=forward(name),
+      sample_batch={"x": np.zeros((1, 28, 28, 1), np.float32)},
+      train_loss=lambda batch, preds: fedjax.metrics.unreduced_cross_entropy_loss(
+          batch["y"], preds),
+      eval_metrics={"accuracy": fedjax.metrics.Accuracy()})
+
+
+def clients(seed):
+  rng = np.random.default_rng(seed)
+  out = []
+  for i in range(NUM_CLIENTS):
+    x = rng.integers(0, 256, (EXAMPLES, 28, 28, 1), dtype=np.uint8).astype(np.float32) / 255
+    y = rng.integers(0, 10, EXAMPLES).astype(np.int32)
+    out.append((f"{i}".encode(), fedjax.ClientDataset({"x": x, "y": y}),
+                jax.random.PRNGKey(i)))
+  return out
+
+
+def run(name, rounds, repeats, data):
+  model_name, batch, default_rounds = WORKLOADS[name]
+  rounds = rounds or default_rounds
+  m = model(model_name)
+  algorithm = fedjax.algorithms.fed_avg.federated_averaging(
+      fedjax.model_grad(m), fedjax.optimizers.sgd(CLIENT_LR), fedjax.optimizers.sgd(1.0),
+      fedjax.ShuffleRepeatBatchHParams(batch_size=batch, num_epochs=None,
+                                       num_steps=LOCAL_STEPS, seed=0))
+  params = m.init(jax.random.PRNGKey(0))
+  state = algorithm.init(params)
+  ready = lambda s: jax.tree_util.tree_map(lambda a: a.block_until_ready(), s.params)
+  t0 = time.perf_counter()
+  state, _ = algorithm.apply(state, data)
+  ready(state)
+  first = time.perf_counter() - t0
+  seconds = []
+  for _ in range(repeats):
+    t0 = time.perf_counter()
+    for _ in range(rounds):
+      state, _ = algorithm.apply(state, data)
+    ready(state)
+    seconds.append(time.perf_counter() - t0)
+  rates = [rounds * NUM_CLIENTS * LOCAL_STEPS / s for s in seconds]
+  return {"workload": name, "model": model_name, "batch_size": batch,
+          "rounds_per_repeat": rounds, "repeats": repeats, "seconds": seconds,
+          "client_steps_per_second": statistics.median(rates),
+          "rounds_per_second": rounds / statistics.median(seconds),
+          "first_round_seconds": first,
+          "params": int(sum(np.size(a) for a in jax.tree_util.tree_leaves(params))),
+          "fedjax": getattr(fedjax, "__version__", "0.0.17"), "jax": jax.__version__}
+
+
+def main():
+  p = argparse.ArgumentParser()
+  p.add_argument("--workloads", default="w1,w2,w3")
+  p.add_argument("--rounds", type=int, default=0)
+  p.add_argument("--repeats", type=int, default=3)
+  p.add_argument("--seed", type=int, default=0)
+  a = p.parse_args()
+  data = clients(a.seed)
+  for w in a.workloads.split(","):
+    print(json.dumps(run(w, a.rounds, a.repeats, data)), flush=True)
+
+
+if __name__ == "__main__":
+  jnp.zeros(1).block_until_ready()
+  main()
