@@ -200,8 +200,12 @@ def matmul_flops_per_second(n: int = 1024, seconds: float = 1.0) -> float:
   """The machine's float32 matmul throughput: n x n products on every device at once,
   the best of about ``seconds`` of repeats."""
   devices = jax.devices()
-  a = jax.device_put_replicated(jnp.ones((n, n), jnp.float32), devices)
-  f = jax.pmap(lambda a: a @ a)
+  mesh = jax.sharding.Mesh(np.array(devices), ("d",))
+  spec = jax.sharding.PartitionSpec("d")
+  a = jax.device_put(jnp.ones((len(devices), n, n), jnp.float32),
+                     jax.sharding.NamedSharding(mesh, spec))
+  f = jax.jit(jax.shard_map(lambda a: (a[0] @ a[0])[None], mesh=mesh, in_specs=spec,
+                            out_specs=spec))
   f(a).block_until_ready()
   best, t_end = float("inf"), time.perf_counter() + seconds
   while time.perf_counter() < t_end:

@@ -40,11 +40,23 @@ def scatter(tree, cohort: Cohort, rows):
 CPU_CLIENT_WIDTH = 4  # measured best for the MLP on a 2-core CPU (BUILD_NOTES.md, "Speed")
 
 
-def resolve_width(width: int) -> int:
-  """-1 (auto): CPU_CLIENT_WIDTH on CPU, 0 (the whole cohort at once) on GPU and TPU."""
+def resolve_width(width: int, convolutional: bool = False) -> int:
+  """-1 (auto): CPU_CLIENT_WIDTH on CPU (1 for convolutional models), 0 (the whole cohort
+  at once) on GPU and TPU.
+
+  XLA:CPU turns vmapped convolutions with per-client weights into grouped convolutions
+  that run slower than one client at a time: a batch-32 step of the MNIST CNN takes
+  52 ms alone and 642 ms for 4 clients vmapped (BUILD_NOTES, "Speed")."""
   if width >= 0:
     return width
-  return CPU_CLIENT_WIDTH if jax.default_backend() == "cpu" else 0
+  if jax.default_backend() != "cpu":
+    return 0
+  return 1 if convolutional else CPU_CLIENT_WIDTH
+
+
+def is_convolutional(params) -> bool:
+  """Whether a parameter tree has convolution kernels (leaves of rank >= 4)."""
+  return any(len(leaf.shape) >= 4 for leaf in jax.tree.leaves(params))
 
 
 # (mesh axis name, size) when the engine shards each run's cohort over devices.

@@ -103,6 +103,9 @@ def train_cohort(task, world, params, ids, key, *, opt: optax.GradientTransforma
   """
   spec = LocalSpec(world.max_steps, batch_size, sampling)
   loss_fn = loss_fn or task.loss
+  if width == -1:
+    shapes = jax.eval_shape(task.init_params, jax.random.PRNGKey(0))
+    width = cohort.resolve_width(-1, cohort.is_convolutional(shapes))
 
   def one(i, k, start):
     fn = loss_fn

@@ -1,0 +1,51 @@
+"""--distributed: two processes on this machine (one CPU device each) give the numbers one
+process gives, and only process 0 writes (issue 9)."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO
+
+RUN = str(REPO / "benchmarks" / "run.py")
+ARGS = ["--rounds=4", "--eval_every=2", "--num_clients=12", "--clients_per_round=4",
+        "--seeds=2"]
+
+
+def _free_port() -> int:
+  with socket.socket() as s:
+    s.bind(("localhost", 0))
+    return s.getsockname()[1]
+
+
+def _env(devices: int) -> dict:
+  env = dict(os.environ, FEDJAX_BENCH_HOST_DEVICES=str(devices), JAX_PLATFORMS="cpu")
+  env.pop("XLA_FLAGS", None)
+  return env
+
+
+def test_two_processes_equal_one(tmp_path):
+  one = subprocess.run([sys.executable, RUN, *ARGS, f"--output_dir={tmp_path / 'one'}"],
+                       capture_output=True, text=True, env=_env(2), timeout=300)
+  assert one.returncode == 0, one.stderr[-2000:]
+  port = _free_port()
+  procs = [subprocess.Popen(
+      [sys.executable, RUN, *ARGS, f"--output_dir={tmp_path / f'p{i}'}", "--distributed",
+       f"--coordinator_address=localhost:{port}", "--num_processes=2", f"--process_id={i}"],
+      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(1))
+      for i in range(2)]
+  outs = [p.communicate(timeout=300) for p in procs]
+  if any(p.returncode for p in procs) and "gloo" in outs[0][1].lower():
+    pytest.skip("this jaxlib has no gloo CPU collectives")
+  assert all(p.returncode == 0 for p in procs), [o[1][-2000:] for o in outs]
+  assert not (tmp_path / "p1").exists()  # only process 0 writes
+  with open(tmp_path / "one" / "summary.json") as f:
+    a = json.load(f)["final"]
+  with open(tmp_path / "p0" / "summary.json") as f:
+    b = json.load(f)["final"]
+  for name in ("train_loss", "test_accuracy"):
+    assert b[name]["per_seed"] == pytest.approx(a[name]["per_seed"], rel=1e-5), name
