@@ -14,7 +14,7 @@ from absl import flags
 
 logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)  # no "no TPU" notice
 
-from fedjax_bench import algorithms, data, models, results
+from fedjax_bench import algorithms, checkpoint, data, models, results
 from fedjax_bench.algorithms import f3ast, fedavg, fedawe
 from fedjax_bench.algorithms import fedalign as _fedalign
 from fedjax_bench.core import compression, local, schedules, server_opt
@@ -264,6 +264,15 @@ flags.DEFINE_integer("pool_size", 10000, "--partition=noniid|very_noniid|iid_unb
 flags.register_validator("alpha_floor", lambda v: 0 <= v <= 1, "--alpha_floor must be in [0, 1]")
 # --- end issue 6 ----------------------------------------------------------------------------
 
+# --- issue 8: checkpoints and resume ---------------------------------------------------------
+flags.DEFINE_integer("checkpoint_every", 1, "Save the whole simulation to OUTPUT_DIR/"
+                     "checkpoint.npz after every this many evaluations (0: never); it is "
+                     "removed when the run's results are written.", module_name=_MODULE)
+flags.DEFINE_bool("resume", False, "Continue from OUTPUT_DIR/checkpoint.npz, bit-identically "
+                  "to a run never stopped (--rounds may grow); a finished run in OUTPUT_DIR is "
+                  "skipped.", module_name=_MODULE)
+flags.register_validator("checkpoint_every", lambda v: v >= 0, "--checkpoint_every must be >= 0")
+
 # --- issue 9: several processes (multi-host) -------------------------------------------------
 flags.DEFINE_bool("distributed", False, "Run as one process of a multi-host job: calls "
                   "jax.distributed.initialize() (on TPU pods and SLURM/Open MPI it finds its "
@@ -464,13 +473,25 @@ def _run() -> int:
   given = {f.name for f in FLAGS.get_flags_for_module(_MODULE) if f.present}
   cfg = experiment.with_defaults(our_flags(), given)
   name = FLAGS.name or f"{cfg['algo']}_{cfg['dataset']}_{cfg['model']}"
-  out = _output_dir(name) if lead else None
+  out = _output_dir(name) if lead else FLAGS.output_dir or os.path.join("results", "runs", name)
   grid = parse_sweep(FLAGS.sweep, experiment.sweepable(cfg))
-  for name in grid[0] if grid else ():
-    if name in given:
-      raise UsageError(f"--{name} is given and swept by --sweep; give one")
+  for swept in grid[0] if grid else ():
+    if swept in given:
+      raise UsageError(f"--{swept} is given and swept by --sweep; give one")
+  fingerprint = run_fingerprint(cfg, seeds, grid)
+  ckpt_path = os.path.join(out, checkpoint.FILE)
+  if FLAGS.resume and not os.path.exists(ckpt_path):
+    finished = _finished_run(out, fingerprint)
+    if finished is not None:
+      if lead:
+        print(f"{out} already holds this run's results; nothing to do (--resume)")
+      return finished
+  elif os.path.exists(ckpt_path) and not FLAGS.resume:
+    raise UsageError(f"{out} holds the checkpoint of an unfinished run; add --resume to "
+                     "continue it, or give another --output_dir")
   exp = experiment.setup(cfg, participation_given=FLAGS["participation"].present)
   experiment.check_sweepable(exp, grid)
+  experiment.check_flags_used(exp, cfg["algo"], given)
   dataset, task = exp.dataset, exp.task
   memory.check_run(exp.build, task, exp.hparams, exp.world, len(seeds) * max(len(grid), 1),
                    jax.device_count())
@@ -484,19 +505,33 @@ def _run() -> int:
   if grid and lead:
     print(f"sweep: {len(grid)} grid points x {len(seeds)} seeds = {len(grid) * len(seeds)} "
           "runs in one program", flush=True)
-  output = engine.run(exp.build, task, exp.hparams, seeds=seeds, rounds=cfg["rounds"],
-                      eval_every=cfg["eval_every"], grid=grid or None,
-                      on_eval=_print_progress if lead else None)
-  if not lead:
-    return _divergence_status(output.history)
   config = {"name": name, "flags": cfg, "seeds": seeds, "grid": grid, "argv": sys.argv,
             "started": datetime.datetime.now().isoformat(timespec="seconds"),
+            "fingerprint": fingerprint,
             "environment": results.environment_info(),
             "dataset": {k: v for k, v in report.items()
                         if k not in ("client_sizes", "label_histograms")}}
+  ckpt = None
+  if FLAGS.checkpoint_every or FLAGS.resume:
+    if lead and FLAGS.resume and os.path.exists(ckpt_path):
+      print(f"resuming from {ckpt_path}", flush=True)
+    on_save = (lambda history: results.write_metrics_csv(
+        os.path.join(out, results.METRICS_FILE), history)) if lead else None
+    ckpt = engine.Checkpointing(ckpt_path, every=FLAGS.checkpoint_every or 1 << 30,
+                                fingerprint=fingerprint, resume=FLAGS.resume, on_save=on_save)
+  if lead and not (FLAGS.resume and os.path.exists(ckpt_path)):
+    results.atomic_write_json(os.path.join(out, results.CONFIG_FILE), config)
+  output = engine.run(exp.build, task, exp.hparams, seeds=seeds, rounds=cfg["rounds"],
+                      eval_every=cfg["eval_every"], grid=grid or None,
+                      on_eval=_print_progress if lead else None, checkpoint=ckpt)
+  if not lead:
+    return _divergence_status(output, grid, out)
   results.atomic_write_json(os.path.join(out, "partition.json"), report)
   summary = results.write_run(out, config=config, history=output.history,
-                              final_window=cfg["final_window"], timing=output.timing)
+                              final_window=cfg["final_window"], timing=output.timing,
+                              extra={"diverged": _diverged_list(output, grid)})
+  if os.path.exists(ckpt_path):
+    os.remove(ckpt_path)  # the results now hold everything it did
   final = summary["final"]
   points = ([(f"{_point_label(p['hparams'])}: ", i) for i, p in enumerate(final["test_accuracy"])]
             if grid else [("", None)])
@@ -508,7 +543,51 @@ def _run() -> int:
           f"{_fmt(pick(final['train_loss']))}{gap}")
   print(f"done: {_rate(output.timing['rounds_per_second'])}, "
         f"compile {output.timing['compile_seconds']:.1f}s; results in {out}")
-  return _divergence_status(output.history)
+  return _divergence_status(output, grid, out)
+
+
+# Flags that change neither the numbers nor which runs there are: a checkpoint written
+# with other values of these still resumes. (--rounds may grow to extend a run.)
+_NOT_IN_FINGERPRINT = ("output_dir", "name", "resume", "checkpoint_every", "data_dir",
+                       "cache_dir", "distributed", "coordinator_address", "num_processes",
+                       "process_id", "rounds", "seeds", "sweep")
+
+
+def run_fingerprint(cfg: dict, seeds: list[int], grid: list[dict]) -> dict:
+  """What identifies a run for --resume: every flag that shapes its numbers, the seeds and
+  the grid (a JSON round trip, so it compares equal to the one read back from a file)."""
+  import json
+  fp = {k: v for k, v in sorted(cfg.items()) if k not in _NOT_IN_FINGERPRINT}
+  fp.update(seeds=list(seeds), grid=list(grid))
+  return json.loads(json.dumps(fp))
+
+
+def _finished_run(out: str, fingerprint: dict):
+  """The exit status of the finished run of this configuration in `out`, or None if there is
+  none; a finished run of another configuration there is an error."""
+  path = os.path.join(out, results.SUMMARY_FILE)
+  if not os.path.exists(path):
+    return None
+  try:
+    summary = results.read_summary(out)
+  except (OSError, ValueError, UsageError):
+    return None  # a damaged summary: run again, overwriting it
+  saved = summary.get("config", {}).get("fingerprint")
+  if saved != fingerprint:
+    raise UsageError(f"--resume: {out} holds the results of another configuration; give "
+                     "the same flags, or another --output_dir")
+  return 1 if summary.get("diverged") else 0
+
+
+def _run_label(hparams: dict, seed: int) -> str:
+  return f"{_point_label(hparams)} seed {seed}" if hparams else f"seed {seed}"
+
+
+def _diverged_list(output, grid) -> list:
+  """[{"hparams", "seed", "round"}] for every run that diverged (summary.json)."""
+  seeds = output.history.seeds
+  return [{"hparams": grid[g] if grid else {}, "seed": seeds[s], "round": int(r)}
+          for (g, s), r in np.ndenumerate(output.diverged) if r > 0]
 
 
 def _point_label(hparams: dict) -> str:
@@ -548,12 +627,15 @@ def _rate(rounds_per_second: float) -> str:
   return f"{1 / max(rounds_per_second, 1e-12):.1f} s/round"
 
 
-def _divergence_status(history) -> int:
-  loss = history.metrics["train_loss"]  # [E, G, S]
-  bad = ~np.isfinite(loss)
-  if not bad.any():
+def _divergence_status(output, grid, out) -> int:
+  """1, with one line naming the runs that diverged and where, if any did."""
+  bad = _diverged_list(output, grid)
+  if not bad:
     return 0
-  e, g, s = np.argwhere(bad)[0]
-  sys.stderr.write(f"error: seed {history.seeds[s]} diverged (non-finite train_loss at round "
-                   f"{history.rounds[e]}); results so far were written\n")
+  runs = output.diverged.size
+  shown = ", ".join(f"{_run_label(d['hparams'], d['seed'])} at round {d['round']}"
+                    for d in bad[:4]) + (", ..." if len(bad) > 4 else "")
+  rest = "the others ran to the end; " if len(bad) < runs else ""
+  sys.stderr.write(f"error: {len(bad)} of {runs} runs diverged (non-finite parameters or loss): "
+                   f"{shown}; {rest}results up to the divergence were written to {out}\n")
   return 1

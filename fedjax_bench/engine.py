@@ -8,6 +8,7 @@ depend neither on the other runs nor on how many devices share them.
 """
 
 import dataclasses
+import os
 import time
 from typing import Callable, Optional
 
@@ -16,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from fedjax_bench import checkpoint as checkpoint_lib
 from fedjax_bench.core import cohort
 from fedjax_bench.core.task import Task
 from fedjax_bench.core.types import FederatedAlgorithm, params_to_evaluate
@@ -29,6 +31,24 @@ class RunOutput:
   history: History
   timing: dict      # rounds_per_second, wall_seconds, compile_seconds
   state: tuple      # final (server, clients, t), run axis first
+  # [G, S]: the round after which a run's parameters were first non-finite (0: never).
+  diverged: np.ndarray = None
+
+
+@dataclasses.dataclass
+class Checkpointing:
+  """Where and how often `run` saves the whole simulation, and whether it resumes.
+
+  A checkpoint is written after every `every` evaluations (atomically, `checkpoint.py`);
+  `resume` continues from `path` when it exists, bit-identically to a run never stopped.
+  `fingerprint` (JSON-able) identifies the configuration; a checkpoint of another one is
+  refused. `on_save(history)` is called after each save (the CLI writes metrics.csv so far).
+  """
+  path: str
+  every: int = 1
+  fingerprint: dict = dataclasses.field(default_factory=dict)
+  resume: bool = False
+  on_save: Optional[Callable[[History], None]] = None
 
 
 @dataclasses.dataclass
@@ -91,11 +111,17 @@ def run_sharding(num_runs: int, devices=None) -> NamedSharding:
 
 def run(build: Builder, task: Task, hparams: dict, *, seeds: list[int], rounds: int,
         eval_every: int, grid: Optional[list[dict]] = None,
-        on_eval: Optional[Callable[[Progress], None]] = None, devices=None) -> RunOutput:
+        on_eval: Optional[Callable[[Progress], None]] = None, devices=None,
+        checkpoint: Optional[Checkpointing] = None) -> RunOutput:
   """Runs rounds 1..`rounds`, evaluating at round 0, every `eval_every` rounds and at the end.
 
   `grid` is a list of {hparam: value} points varied in one program; their values
   override `hparams` and must be scalars.
+
+  Divergence: a run whose server parameters become non-finite is recorded with the round
+  (`RunOutput.diverged`) and its metrics from then on are NaN; the other runs go on. Its
+  row keeps computing inside the vectorized program (taking it out would recompile), and
+  the loop ends early once every run has diverged.
   """
   start = time.perf_counter()
   grid = grid or [{}]
@@ -108,24 +134,28 @@ def run(build: Builder, task: Task, hparams: dict, *, seeds: list[int], rounds: 
   def algorithm(hp_run):
     return build({**hparams, **hp_run})
 
+  # A run's state: (server, clients, t, diverged); `diverged` is 0 or the first round
+  # after which the server's parameters were non-finite.
   def init_one(hp_run, seed_key):
     server, clients = algorithm(hp_run).init(jax.random.fold_in(seed_key, 0))
-    return server, clients, jnp.zeros((), jnp.int32)
+    return server, clients, jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32)
 
   def block_one(hp_run, seed_key, state, length):
     alg = algorithm(hp_run)
     round_key = jax.random.fold_in(seed_key, 1)
 
     def step(carry, _):
-      server, clients, t = carry
+      server, clients, t, diverged = carry
       server, clients, metrics = alg.round(server, clients, jax.random.fold_in(round_key, t))
-      return (server, clients, t + 1), metrics
+      finite = _all_finite(server.params)
+      diverged = jnp.where((diverged == 0) & ~finite, t + 1, diverged)
+      return (server, clients, t + 1, diverged), metrics
 
     state, metrics = jax.lax.scan(step, state, None, length=length)
     return state, {k: _reduce_block(k, v) for k, v in metrics.items()}
 
   def eval_one(hp_run, state):
-    server, clients, _ = state
+    server, clients = state[:2]
     return task.evaluate(params_to_evaluate(algorithm(hp_run), server, clients))
 
   compile_seconds = 0.0
@@ -148,29 +178,108 @@ def run(build: Builder, task: Task, hparams: dict, *, seeds: list[int], rounds: 
       block_exes[length] = compiled(fn, swept, seed_keys, state)
     return block_exes[length]
 
-  eval_rounds, records = [0], [(_fetch(eval_exe(swept, state)), {})]
-  done, run_seconds = 0, 0.0
-  while done < rounds:
+  resumed = None
+  if checkpoint is not None and checkpoint.resume and os.path.exists(checkpoint.path):
+    resumed = _restore(checkpoint, state, sharding)
+  # Per run, 0 or the round from which it diverged: its parameters (checked every round
+  # on the device, state[3]) or its evaluated losses (checked here) were not finite.
+  if resumed is None:
+    eval_rounds, records = [0], [(_fetch(eval_exe(swept, state)), {})]
+    done, run_seconds = 0, 0.0
+    diverged = _diverged(np.zeros(num_runs, np.int32), _fetch(state[3]), records[0][0], 0)
+    records[0] = _mask_diverged(records[0], diverged)
+  else:
+    state, eval_rounds, records, run_seconds, diverged = resumed
+    done = eval_rounds[-1]
+    if done > rounds:
+      raise checkpoint_lib.UsageError(f"checkpoint {checkpoint.path} is at round {done}, past "
+                                      f"--rounds={rounds}")
+  start_done, start_seconds = done, run_seconds
+  while done < rounds and not np.all(diverged > 0):
     length = min(eval_every, rounds - done)
     exe = block_exe(length)
     t0 = time.perf_counter()
     state, block_metrics = exe(swept, seed_keys, state)
     evals = eval_exe(swept, state)
-    evals, block_metrics = _fetch((evals, block_metrics))
+    evals, block_metrics, on_device = _fetch((evals, block_metrics, state[3]))
     run_seconds += time.perf_counter() - t0
     done += length
+    diverged = _diverged(diverged, on_device, evals, done)
     eval_rounds.append(done)
-    records.append((evals, block_metrics))
+    records.append(_mask_diverged((evals, block_metrics), diverged))
+    if checkpoint is not None and (len(records) - 1) % max(checkpoint.every, 1) == 0:
+      _save(checkpoint, state, records, eval_rounds, run_seconds, diverged, seeds, grid)
     if on_eval is not None:
-      rps = done / max(run_seconds, 1e-9)
-      means = {k: float(np.nanmean(v)) for k, v in {**evals, **block_metrics}.items()}
+      rps = (done - start_done) / max(run_seconds - start_seconds, 1e-9)
+      means = {k: _mean_finite(v) for k, v in {**evals, **block_metrics}.items()}
       on_eval(Progress(done, rounds, means, rps, (rounds - done) / rps))
   wall_seconds = time.perf_counter() - start
 
   history = _history(eval_rounds, records, seeds, grid)
-  timing = {"rounds_per_second": rounds / max(run_seconds, 1e-9),
+  timing = {"rounds_per_second": done / max(run_seconds, 1e-9),
             "wall_seconds": wall_seconds, "compile_seconds": compile_seconds}
-  return RunOutput(history, timing, state)
+  return RunOutput(history, timing, state[:3],
+                   np.asarray(diverged).reshape(len(grid), num_seeds))
+
+
+def _all_finite(tree) -> jax.Array:
+  leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)
+            if jnp.issubdtype(x.dtype, jnp.inexact)]
+  return jnp.all(jnp.stack(leaves)) if leaves else jnp.array(True)
+
+
+def _mean_finite(values) -> float:
+  """The mean over runs of the non-NaN values (NaN if there are none), without warnings."""
+  v = np.asarray(values, np.float64)
+  v = v[~np.isnan(v)]
+  return float(v.mean()) if v.size else float("nan")
+
+
+def _diverged(diverged, on_device, evals, done: int) -> np.ndarray:
+  """Runs that diverged so far: as before, else at the device's round, else at `done`
+  if an evaluated loss is not finite."""
+  losses = [np.asarray(evals[k]) for k in ("train_loss", "test_loss") if k in evals]
+  bad_loss = np.any([~np.isfinite(v) for v in losses], axis=0) if losses else False
+  now = np.where(np.asarray(on_device) > 0, on_device, np.where(bad_loss, done, 0))
+  return np.where(diverged > 0, diverged, now).astype(np.int32)
+
+
+def _mask_diverged(record, diverged):
+  """A diverged run's metrics are NaN from the evaluation after it diverged on."""
+  bad = np.asarray(diverged) > 0
+  if not bad.any():
+    return record
+  return tuple({k: np.where(bad, np.nan, np.asarray(v, np.float64)) for k, v in part.items()}
+               for part in record)
+
+
+def _save(checkpoint: Checkpointing, state, records, eval_rounds, run_seconds, diverged,
+          seeds, grid) -> None:
+  leaves = [np.asarray(leaf) for leaf in _fetch(jax.tree.leaves(state))]
+  if jax.process_index() != 0:
+    return
+  checkpoint_lib.save(checkpoint.path, leaves=leaves, records=records,
+                      eval_rounds=eval_rounds,
+                      meta={"fingerprint": checkpoint.fingerprint, "run_seconds": run_seconds,
+                            "diverged": [int(r) for r in diverged]})
+  if checkpoint.on_save is not None:
+    checkpoint.on_save(_history(eval_rounds, records, seeds, grid))
+
+
+def _restore(checkpoint: Checkpointing, state, sharding):
+  """(state, eval_rounds, records, run_seconds, diverged) from the checkpoint file, checked against
+  the configuration and against the shapes of a freshly initialized state."""
+  path = checkpoint.path
+  leaves, records, eval_rounds, meta = checkpoint_lib.load(path)
+  checkpoint_lib.check_matches(path, meta, checkpoint.fingerprint)
+  fresh, treedef = jax.tree.flatten(state)
+  if len(leaves) != len(fresh) or any(
+      a.shape != b.shape or a.dtype != b.dtype for a, b in zip(leaves, fresh)):
+    raise checkpoint_lib.UsageError(f"checkpoint {path} does not hold this run's state "
+                                    "(its arrays have other shapes); delete it to start over")
+  state = _put(jax.tree.unflatten(treedef, leaves), sharding)
+  diverged = np.asarray(meta["diverged"], np.int32)
+  return state, list(eval_rounds), records, float(meta.get("run_seconds", 0.0)), diverged
 
 
 def _put(tree, sharding: NamedSharding):

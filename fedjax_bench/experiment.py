@@ -187,6 +187,69 @@ def check_sweepable(exp: Experiment, grid: list[dict]) -> None:
                      "client_lr, or run one value per invocation") from None
 
 
+class _Recording(dict):
+  """A dict that remembers which keys were read."""
+
+  def __init__(self, *args):
+    super().__init__(*args)
+    self.read = set()
+
+  def __getitem__(self, key):
+    self.read.add(key)
+    return super().__getitem__(key)
+
+  def get(self, key, default=None):
+    self.read.add(key)
+    return super().get(key, default)
+
+  def __contains__(self, key):
+    self.read.add(key)
+    return super().__contains__(key)
+
+  def __iter__(self):
+    # Defined so that a copy ({**hp}, dict(hp)) reads every key through __getitem__: a
+    # copy's later reads cannot be seen, so count them all as read.
+    return super().__iter__()
+
+
+# Flags that reach the algorithm under another name.
+_FLAG_ALIASES = {"softmax_temperature": "softmax_beta", "server_momentum": "momentum",
+                 "server_beta1": "b1", "server_beta2": "b2", "server_eps": "eps"}
+_SERVER_OPT_FLAGS = ("server_momentum", "server_beta1", "server_beta2", "server_eps")
+# Hyperparameters that are not the algorithm's to use or ignore.
+_NOT_ALGORITHM_FLAGS = ("partition_seed", "client_width")
+
+
+def check_flags_used(exp: Experiment, algo: str, given) -> None:
+  """Fails (UsageError) when a flag the user gave is a hyperparameter that the chosen
+  algorithm, with the other flags as given, never reads: the algorithm is built, initialized
+  and run for one round abstractly (`jax.eval_shape`), recording what it reads."""
+  checked = [k for k in given if k not in _NOT_ALGORITHM_FLAGS
+             and (k in HPARAM_KEYS or k in _FLAG_ALIASES)]
+  if not checked:
+    return
+  import jax
+  hp = _Recording(exp.hparams)
+  hp["server_opt_kwargs"] = opt_kwargs = _Recording(exp.hparams["server_opt_kwargs"])
+  hp.read.clear()
+
+  def one_round():
+    alg = exp.build(hp)
+    key = jax.random.PRNGKey(0)
+    server, clients = alg.init(key)
+    if alg.eval_params is not None:
+      alg.eval_params(server, clients)
+    return alg.round(server, clients, key)
+
+  jax.eval_shape(one_round)
+  unused = [f for f in sorted(checked) if _FLAG_ALIASES.get(f, f) not in
+            (opt_kwargs.read if f in _SERVER_OPT_FLAGS else hp.read)]
+  if unused:
+    names = ", ".join(f"--{f}" for f in unused)
+    raise UsageError(f"{names} {'has' if len(unused) == 1 else 'have'} no effect on "
+                     f"--algo={algo} with these flags; drop {'it' if len(unused) == 1 else 'them'}")
+
+
 def with_priority(dataset: Dataset, cfg: dict) -> tuple[Dataset, dict]:
   """Priority roles and the test set the prioritized objective needs (issue 7), and
   local_model's client resolved; unchanged without --num_priority or a PFL algorithm."""

@@ -54,7 +54,7 @@ def build(task, world, hp: dict, *, server_opt: str | None = None,
     raise UsageError(f"--algo={name} uses --server_opt={server_opt}; got {opt}")
   if opt not in ("sgd", "amsgrad"):
     raise UsageError(f"--algo={name}: --server_opt={opt}; valid: sgd, amsgrad")
-  sopt = rounds.server_optimizer({**hp, "server_opt": server_opt or opt})
+  sopt = rounds.server_optimizer(hp, name=server_opt or opt)
   ef = hp.get("error_feedback", True)
   if error_feedback is not None and not ef:
     raise UsageError(f"--algo={name} is error feedback; for compression without it use "

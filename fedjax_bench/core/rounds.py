@@ -39,9 +39,12 @@ def _static(hp: dict, name: str, default):
   return value
 
 
-def server_optimizer(hp: dict) -> optax.GradientTransformation:
-  return server_opt.make(hp.get("server_opt", "sgd"), hp.get("server_lr", 1.0),
-                         **hp.get("server_opt_kwargs", {}))
+def server_optimizer(hp: dict, name: str | None = None) -> optax.GradientTransformation:
+  """--server_opt (or ``name``) with --server_lr and the settings that optimizer takes."""
+  name = name or hp.get("server_opt", "sgd")
+  kwargs = hp.get("server_opt_kwargs", {})
+  return server_opt.make(name, hp.get("server_lr", 1.0),
+                         **{k: kwargs[k] for k in server_opt.SETTINGS.get(name, ()) if k in kwargs})
 
 
 def init_server(task, world, sopt: optax.GradientTransformation, key, aux=()) -> ServerState:

@@ -9,6 +9,9 @@ import optax
 from fedjax_bench.errors import UsageError
 
 SERVER_OPTS = ("sgd", "momentum", "adam", "yogi", "amsgrad")
+# The keyword arguments of `make` that each optimizer reads.
+SETTINGS = {"sgd": (), "momentum": ("momentum",), "adam": ("b1", "b2", "eps"),
+            "yogi": ("b1", "b2", "eps"), "amsgrad": ("b1", "b2", "eps")}
 
 
 class AMSGradState(NamedTuple):

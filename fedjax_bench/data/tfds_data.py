@@ -159,11 +159,18 @@ def _convert(name: str, spec: ImageSpec, data_dir: str | None,
   import tensorflow_datasets as tfds  # slow-ish, and only needed to build the cache
 
   ident = f"{spec.tfds_name}:{spec.version}"
-  builder = tfds.builder(ident, data_dir=data_dir)
+  from absl import logging as absl_logging
+  verbosity = absl_logging.get_verbosity()
+  absl_logging.set_verbosity(absl_logging.ERROR)  # its "failed to load" notices are ours to say
+  try:
+    builder = tfds.builder(ident, data_dir=data_dir)
+    prepared, builder_dir = builder.is_prepared(), str(builder.data_dir)
+  finally:
+    absl_logging.set_verbosity(verbosity)
   download = False
-  if not builder.is_prepared():
+  if not prepared:
     if not _network_ok():
-      root = str(builder.data_dir)[:-len(f"/{spec.tfds_name}/{spec.version}")]
+      root = builder_dir[:-len(f"/{spec.tfds_name}/{spec.version}")]
       looked = data_dir or f"the TFDS default ({root})"
       raise DataMissingError(
           f"dataset {name!r} ({ident}) is not prepared in {looked} nor cached in "
