@@ -1,0 +1,77 @@
+"""Regenerates the reference convergence curves, results/reference/NAME.json (issue 8).
+
+  python benchmarks/update_references.py                 # every algorithm, then overwrite
+  python benchmarks/update_references.py --algos=fedavg,area
+  python benchmarks/update_references.py --check         # compare only; exit 1 if outside
+
+Each algorithm's reference config (fedjax_bench/reference.py) runs on one CPU device. Before
+anything is written, every algorithm and metric prints the largest absolute and relative
+difference against the committed file and whether it is within reference.RTOL / ATOL.
+--check writes nothing and exits 1 when some difference is outside the tolerance (or a
+file is missing); without it, the new curves replace the committed ones.
+"""
+
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from fedjax_bench import algorithms, reference, results  # noqa: E402
+
+
+def parse(argv):
+  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  p.add_argument("--algos", default="", help="comma list of algorithms (default: all)")
+  p.add_argument("--check", action="store_true",
+                 help="only compare with the committed files; exit 1 if outside tolerance")
+  p.add_argument("--dir", default=str(reference.REFERENCE_DIR),
+                 help="where the reference files are (default: results/reference)")
+  args = p.parse_args(argv)
+  names = [n for n in args.algos.split(",") if n.strip()] or list(algorithms.ALGORITHMS)
+  unknown = [n for n in names if n not in reference.CONFIGS]
+  if unknown:
+    p.error(f"no reference config for {', '.join(unknown)}; valid: "
+            f"{', '.join(reference.CONFIGS)}")
+  return args, names
+
+
+def report(name, curves, directory) -> bool:
+  """Prints the differences to the committed file; True when within tolerance."""
+  try:
+    old = reference.load(name, directory)
+  except FileNotFoundError:
+    print(f"{name:22s} (no committed file)  {curves['seconds']:.1f}s", flush=True)
+    return False
+  flags_changed = old.get("flags") != reference.flags(name)
+  diffs = reference.differences(reference.expected_curves(old), curves)
+  ok = all(d["ok"] for d in diffs.values()) and not flags_changed
+  cells = "  ".join(f"{m} abs {d['max_abs']:.2e} rel {d['max_rel']:.2e}"
+                    f"{'' if d['ok'] else ' OUTSIDE'}" for m, d in diffs.items())
+  note = "  (config changed)" if flags_changed else ""
+  print(f"{name:22s} {cells}{note}  {curves['seconds']:.1f}s", flush=True)
+  return ok
+
+
+def main(argv=None) -> int:
+  args, names = parse(argv)
+  import jax
+  device = jax.devices("cpu")[:1]  # the references are one CPU device's float32 numbers
+  print(f"tolerance: rtol {reference.RTOL:g}, atol {reference.ATOL:g}; jax {jax.__version__}, "
+        f"{len(names)} algorithm(s) on {device[0]}", flush=True)
+  new, within = {}, True
+  for name in names:
+    new[name] = reference.compute(name, devices=device)
+    within &= report(name, new[name], args.dir)
+  if args.check:
+    print("all within tolerance" if within else "some curves are OUTSIDE the tolerance")
+    return 0 if within else 1
+  os.makedirs(args.dir, exist_ok=True)
+  for name, curves in new.items():
+    results.atomic_write_json(reference.path(name, args.dir), reference.record(name, curves))
+  print(f"wrote {len(new)} file(s) to {args.dir}")
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

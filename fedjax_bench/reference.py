@@ -1,0 +1,210 @@
+"""Reference convergence curves (issue 8): one small fixed run per algorithm, committed
+under ``results/reference/NAME.json`` and rerun by ``tests/test_reference_curves.py``.
+
+Every algorithm of ``algorithms.ALGORITHMS`` has one configuration here that needs no
+download (LEAF Synthetic, generated from ``--partition_seed``; logistic regression), few
+clients, a few rounds and two seeds, chosen to go through the algorithm's own path (its
+compressor, availability dynamics, staleness weighting, admission rule, ...). A config is
+built exactly as the command line would build it: the CLI's default flags, the overrides
+below, ``experiment.with_defaults(cfg, given)`` with ``given`` the overridden names, then
+``experiment.setup``, the CLI's unused-flag check and ``engine.run``. ``python
+benchmarks/run.py --algo=NAME --seeds=0,1 --FLAG=VALUE ...`` with the overrides of
+``flags(NAME)`` runs the same thing (on all cores, which changes the last bits).
+
+Tolerances (float32; see BUILD_NOTES.md "Determinism"):
+
+* ``RTOL``, ``ATOL``: a rerun on the same kind of CPU with the same device count against
+  the committed curves. Same seed, same device count is bitwise in this repo; the slack is
+  for another CPU (other vector widths) or another XLA version.
+* ``CROSS_DEVICE_RTOL``, ``CROSS_DEVICE_ATOL``: 4 CPU devices against a 1-device run of
+  the same session. The round scans compile to different summation orders for different
+  vector widths, so the last bits of the parameters may differ (~1e-6 after a few rounds).
+  Measured against the fresh 1-device numbers, so that files made on another CPU fail
+  once, in the 1-device comparison, and not again as a device-count difference.
+* A curve is close when ``|actual - expected| <= atol + rtol * |expected|`` everywhere
+  (``numpy.isclose``), and a NaN only matches a NaN.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+REFERENCE_DIR = Path(__file__).resolve().parents[1] / "results" / "reference"
+METRICS = ("test_accuracy", "test_loss", "train_loss")
+SEEDS = (0, 1)
+RTOL, ATOL = 1e-4, 1e-5
+CROSS_DEVICE_RTOL, CROSS_DEVICE_ATOL = 1e-5, 0.0
+
+# Shared by every algorithm: a small LEAF Synthetic(1, 1) population (20 clients of 45..711
+# examples, 344 test examples), multinomial logistic regression, 5 local steps of batch 10.
+COMMON = dict(dataset="synthetic", model="logreg", num_clients=20, local_steps=5,
+              batch_size=10, client_lr=0.1, train_eval_examples=0)
+SYNC = dict(rounds=6, eval_every=2)            # 4 evaluations: rounds 0, 2, 4, 6
+ASYNC = dict(rounds=40, eval_every=10)         # server events; evaluations at 0, 10, ..., 40
+AVAIL = dict(availability="sine", availability_period=4, availability_p_min=0.1)
+
+# name -> flag overrides on top of COMMON and SYNC/ASYNC; the comment says what it exercises.
+CONFIGS = {
+    # Synchronous FedAvg family (issue 1, 3).
+    "fedavg": dict(participation="uniform", clients_per_round=5, weighting="data_size",
+                   server_opt="momentum", server_momentum=0.5),  # data weights, FedAvgM
+    "fedavg_all": dict(AVAIL),                   # averages over all n under sine availability
+    "fedavg_known": dict(AVAIL),                 # the oracle 1 / p_i^t weights
+    "fedau": dict(AVAIL, fedau_k=2),             # interval estimates, cutoff K reached
+    "f3ast": dict(AVAIL, f3ast_budget=3, f3ast_beta=0.1),  # budgeted least-selected clients
+    "fedawe": dict(AVAIL, client_lr_schedule="inv_sqrt", client_lr_decay_rounds=2),
+    "mifa": dict(availability="markov", markov_a=0.3, availability_p_min=0.1),
+    "fedvarp": dict(participation="bernoulli", participation_prob=0.3),
+    # Fed-EF (issue 4): compressors and error feedback.
+    "fedsgd": dict(participation="uniform", clients_per_round=5, compressor="stoc",
+                   stoc_bits=2, error_feedback=False),      # direct stochastic quantization
+    "fedams": dict(participation="uniform", clients_per_round=5, compressor="hvsign",
+                   compress_k=0.1, server_lr=0.03),         # AMSGrad, sign compression + EF
+    "fedef_sgd": dict(participation="uniform", clients_per_round=5, compressor="topk",
+                      compress_k=0.05, ef_restart_after=2, ef_restart_from=2),
+    "fedef_ams": dict(participation="uniform", clients_per_round=5, compressor="topk",
+                      compress_k=0.05, down_compressor="topk", down_compress_k=0.2,
+                      server_lr=0.03),                      # two-way compression
+    # Asynchronous (issue 5): one round is one server event.
+    "area": dict(async_rates="normal", async_rate_std=3.0),
+    "fedbuff": dict(fedbuff_staleness="sqrt", async_delta=3),
+    "asfedavg": dict(asfedavg_mode="model_average", async_delay="lognormal"),
+    "mifa_async": dict(aggregation="poisson"),
+    "sfedavg": dict(async_delta=5, sfedavg_weighting="data"),
+    # Loss-aware aggregation (issue 6).
+    "fedmax": dict(participation="uniform", clients_per_round=8, lr_decay_per_round=0.9),
+    "fedmax_k": dict(participation="uniform", clients_per_round=8, fedmax_k=3),
+    "fedsoftmax": dict(participation="uniform", clients_per_round=8, softmax_beta=2.0,
+                       alpha_floor=0.1),
+    "fednova": dict(participation="uniform", clients_per_round=8, local_epochs=1.0,
+                    batch_size=50),              # unequal local step counts (1..15)
+    # Prioritized FL (issue 7): priority clients chosen from --partition_seed.
+    "fedalign": dict(num_priority=4, warmup_rounds=2, align_epsilon=0.3),
+    "fedavg_priority": dict(num_priority=4, priority_fraction=0.5),
+    "fedavg_all_clients": dict(num_priority=4, free_fraction=0.5),
+    "local_model": dict(num_priority=4),
+    "fedalign_prox": dict(num_priority=4, warmup_rounds=2, align_epsilon=0.3,
+                          align_score="loss"),
+    "fedprox_priority": dict(num_priority=4),
+    "fedprox_all_clients": dict(num_priority=4, free_fraction=0.5),
+}
+
+
+def flags(name: str) -> dict:
+  """The flag overrides of ``name``'s reference run (everything else is the CLI default)."""
+  from fedjax_bench import algorithms
+  if name not in CONFIGS:
+    algorithms.get(name)  # an unknown name: the registry's one-line error
+    raise KeyError(f"{name!r} has no reference configuration in fedjax_bench/reference.py")
+  schedule = ASYNC if name in algorithms.ASYNCHRONOUS else SYNC
+  return {"algo": name, **COMMON, **schedule, **CONFIGS[name]}
+
+
+def default_flags() -> dict:
+  """The CLI's flag values when no flag is given."""
+  from fedjax_bench import cli
+  if not cli.FLAGS.is_parsed():
+    cli.parse_argv(["reference"])
+  values = cli.our_flags()
+  changed = [f.name for f in cli.FLAGS.get_flags_for_module(cli._MODULE)
+             if f.value != f.default]
+  if changed:
+    raise RuntimeError(f"the CLI flags were parsed with non-default values ({changed}); "
+                       "reference runs need the defaults")
+  return values
+
+
+def config(name: str) -> dict:
+  """The full flag dict of ``name``'s reference run, as the CLI would build it."""
+  from fedjax_bench import experiment
+  overrides = flags(name)
+  cfg = {**default_flags(), **overrides}
+  return experiment.with_defaults(cfg, set(overrides))
+
+
+def compute(name: str, devices=None, seeds=SEEDS) -> dict:
+  """Runs ``name``'s reference config: {"rounds": [...], metric: [evaluation][seed], ...}
+  for ``METRICS``, plus "seconds" (compile and run, not compared)."""
+  from fedjax_bench import engine, experiment
+  t0 = time.perf_counter()
+  cfg, given = config(name), set(flags(name))
+  exp = experiment.setup(cfg, participation_given="participation" in given)
+  experiment.check_flags_used(exp, name, given)  # as cli._run does: no flag without effect
+  out = engine.run(exp.build, exp.task, exp.hparams, seeds=list(seeds), rounds=cfg["rounds"],
+                   eval_every=cfg["eval_every"], devices=devices)
+  h = out.history
+  curves = {"rounds": [int(r) for r in h.rounds]}
+  for metric in METRICS:
+    curves[metric] = np.asarray(h.metrics[metric][:, 0, :], np.float64).tolist()  # [E, S]
+  curves["seconds"] = time.perf_counter() - t0
+  curves["compile_seconds"] = out.timing["compile_seconds"]
+  return curves
+
+
+def compute_all(names=None, devices=None, on_done=None) -> dict:
+  """{name: compute(name)} for ``names`` (default: every algorithm)."""
+  from fedjax_bench import algorithms
+  result = {}
+  for name in names or list(algorithms.ALGORITHMS):
+    result[name] = compute(name, devices)
+    if on_done is not None:
+      on_done(name, result[name])
+  return result
+
+
+def record(name: str, curves: dict) -> dict:
+  """The committed file's content for ``name``."""
+  import jax
+  return {"algo": name, "flags": flags(name), "seeds": list(SEEDS),
+          "rounds": curves["rounds"], "curves": {m: curves[m] for m in METRICS},
+          "tolerance": {"rtol": RTOL, "atol": ATOL},
+          "generated_with": {"jax": jax.__version__, "backend": "cpu", "devices": 1}}
+
+
+def path(name: str, directory=None) -> Path:
+  return Path(directory or REFERENCE_DIR) / f"{name}.json"
+
+
+def load(name: str, directory=None) -> dict:
+  """The committed reference of ``name`` (FileNotFoundError when there is none)."""
+  with open(path(name, directory)) as f:
+    return json.load(f)
+
+
+def _array(values) -> np.ndarray:
+  return np.array([[np.nan if v is None else v for v in row] for row in values], np.float64)
+
+
+def differences(expected: dict, actual: dict, rtol: float = RTOL,
+                atol: float = ATOL) -> dict:
+  """Per metric: {"max_abs", "max_rel", "ok"} of ``actual`` against ``expected`` (both
+  {"rounds", metric: [evaluation][seed]}: a committed file's ``expected_curves`` or
+  ``compute``'s output). ok: ``|actual - expected| <= atol + rtol * |expected|``
+  everywhere. Other rounds or shapes are never ok; a NaN matches only a NaN."""
+  out = {}
+  same_rounds = list(expected["rounds"]) == list(actual["rounds"])
+  for metric in METRICS:
+    e, a = _array(expected[metric]), _array(actual[metric])
+    if not same_rounds or e.shape != a.shape:
+      out[metric] = {"max_abs": float("inf"), "max_rel": float("inf"), "ok": False}
+      continue
+    both_nan = np.isnan(e) & np.isnan(a)
+    diff = np.where(both_nan, 0.0, np.abs(a - e))
+    diff = np.where(np.isnan(diff), np.inf, diff)  # a NaN against a number
+    with np.errstate(divide="ignore", invalid="ignore"):
+      rel = np.where(diff == 0, 0.0, diff / np.abs(np.where(both_nan, 1.0, e)))
+    rel = np.where(np.isnan(rel), np.inf, rel)
+    ok = bool(np.all(diff <= atol + rtol * np.abs(np.where(both_nan, 0.0, e))))
+    out[metric] = {"max_abs": float(diff.max(initial=0.0)),
+                   "max_rel": float(rel.max(initial=0.0)), "ok": ok}
+  return out
+
+
+def expected_curves(reference: dict) -> dict:
+  """A committed file's curves in ``differences``' form."""
+  return {"rounds": reference["rounds"], **reference["curves"]}
+

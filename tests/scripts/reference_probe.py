@@ -1,0 +1,46 @@
+"""Reruns reference configs (fedjax_bench/reference.py) and saves their curves as JSON (for
+the subprocess tests of tests/test_reference_curves.py, which set the device count).
+
+usage: reference_probe.py OUT.json [--repeat=N] [--cache_dir=DIR] [NAME ...]
+
+Every algorithm (or the NAMEs) runs N times (default 1) on all of this process's devices;
+OUT.json is {"devices": D, "runs": [{name: curves}, ...]}, one dict per repetition.
+With --cache_dir, JAX's persistent compilation cache lives there: a repetition then reuses
+the first one's XLA executables (everything else, from the config to the traced program,
+is rebuilt), which keeps "same seed, same curves" cheap for every algorithm.
+"""
+
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+
+def main(argv):
+  out, repeat, cache_dir, names = argv[0], 1, None, []
+  for arg in argv[1:]:
+    if arg.startswith("--repeat="):
+      repeat = int(arg.split("=", 1)[1])
+    elif arg.startswith("--cache_dir="):
+      cache_dir = arg.split("=", 1)[1]
+    else:
+      names.append(arg)
+  import jax
+  if cache_dir:
+    jax.config.update("jax_compilation_cache_dir", cache_dir)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+  from fedjax_bench import reference
+  runs = []
+  for i in range(repeat):
+    t0 = time.perf_counter()
+    runs.append(reference.compute_all(names or None))
+    print(f"repetition {i}: {time.perf_counter() - t0:.1f}s", flush=True)
+  with open(out, "w") as f:
+    json.dump({"devices": jax.device_count(), "runs": runs}, f)
+
+
+if __name__ == "__main__":
+  main(sys.argv[1:])
