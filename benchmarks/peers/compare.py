@@ -89,14 +89,19 @@ def main(argv):
                  "target": target, "met": None if target is None else bool(ratio >= target)})
     print(f"[{w}] ours {mine['client_steps_per_second']:,.0f} vs FedJAX "
           f"{theirs[w]['client_steps_per_second']:,.0f} client-steps/s: {ratio:.1f}x", flush=True)
-  env["loadavg_after"] = os.getloadavg()
-  env["fedjax_jax"] = next(iter(theirs.values()))["jax"]
+    text = write(rows, env, theirs)  # after each workload: a slow W3 cannot lose W1 and W2
+  print(text)
+
+
+def write(rows, env, theirs) -> str:
+  env = {**env, "loadavg_after": os.getloadavg(),
+         "fedjax_jax": next(iter(theirs.values()))["jax"]}
   os.makedirs(FLAGS.peers_dir, exist_ok=True)
   results.atomic_write_json(os.path.join(FLAGS.peers_dir, "peers.json"),
                             {"environment": env, "results": rows})
   text = markdown(rows, env)
   results.atomic_write_text(os.path.join(FLAGS.peers_dir, "peers.md"), text)
-  print(text)
+  return text
 
 
 def markdown(rows, env) -> str:
