@@ -21,6 +21,7 @@ from fedjax_bench import checkpoint as checkpoint_lib
 from fedjax_bench.core import cohort
 from fedjax_bench.core.task import Task
 from fedjax_bench.core.types import FederatedAlgorithm, params_to_evaluate
+from fedjax_bench.errors import UsageError
 from fedjax_bench.results import History
 
 Builder = Callable[[dict], FederatedAlgorithm]
@@ -118,7 +119,8 @@ def run(build: Builder, task: Task, hparams: dict, *, seeds: list[int], rounds: 
   `grid` is a list of {hparam: value} points varied in one program; their values
   override `hparams` and must be scalars.
 
-  Divergence: a run whose server parameters become non-finite is recorded with the round
+  Divergence: a run whose server parameters (checked every round) or evaluated losses
+  become non-finite is recorded with the round
   (`RunOutput.diverged`) and its metrics from then on are NaN; the other runs go on. Its
   row keeps computing inside the vectorized program (taking it out would recompile), and
   the loop ends early once every run has diverged.
@@ -192,8 +194,8 @@ def run(build: Builder, task: Task, hparams: dict, *, seeds: list[int], rounds: 
     state, eval_rounds, records, run_seconds, diverged = resumed
     done = eval_rounds[-1]
     if done > rounds:
-      raise checkpoint_lib.UsageError(f"checkpoint {checkpoint.path} is at round {done}, past "
-                                      f"--rounds={rounds}")
+      raise UsageError(f"checkpoint {checkpoint.path} is at round {done}, past "
+                       f"--rounds={rounds}")
   start_done, start_seconds = done, run_seconds
   while done < rounds and not np.all(diverged > 0):
     length = min(eval_every, rounds - done)
@@ -275,11 +277,11 @@ def _restore(checkpoint: Checkpointing, state, sharding):
   fresh, treedef = jax.tree.flatten(state)
   if len(leaves) != len(fresh) or any(
       a.shape != b.shape or a.dtype != b.dtype for a, b in zip(leaves, fresh)):
-    raise checkpoint_lib.UsageError(f"checkpoint {path} does not hold this run's state "
-                                    "(its arrays have other shapes); delete it to start over")
+    raise UsageError(f"checkpoint {path} does not hold this run's state "
+                     "(its arrays have other shapes); delete it to start over")
   state = _put(jax.tree.unflatten(treedef, leaves), sharding)
   diverged = np.asarray(meta["diverged"], np.int32)
-  return state, list(eval_rounds), records, float(meta.get("run_seconds", 0.0)), diverged
+  return state, list(eval_rounds), records, float(meta["run_seconds"]), diverged
 
 
 def _put(tree, sharding: NamedSharding):

@@ -164,6 +164,18 @@ def sweepable(cfg: dict) -> list[str]:
           and isinstance(cfg.get(k), (int, float)) and not isinstance(cfg.get(k), bool)]
 
 
+def _one_round(exp: Experiment, hp: dict):
+  """Builds the algorithm with ``hp``, initializes it, and runs its evaluation parameters
+  and one round (for tracing under ``jax.eval_shape``)."""
+  import jax
+  from fedjax_bench.core.types import params_to_evaluate
+  alg = exp.build(hp)
+  key = jax.random.PRNGKey(0)
+  server, clients = alg.init(key)
+  params_to_evaluate(alg, server, clients)
+  return alg.round(server, clients, key)
+
+
 def check_sweepable(exp: Experiment, grid: list[dict]) -> None:
   """Fails (UsageError) before anything runs when a swept hyperparameter shapes arrays:
   the algorithm is built and initialized with tracers in place of the grid's values."""
@@ -171,15 +183,9 @@ def check_sweepable(exp: Experiment, grid: list[dict]) -> None:
     return
   import jax
   names = list(grid[0])
-
-  def one_round(values):
-    alg = exp.build({**exp.hparams, **dict(zip(names, values))})
-    key = jax.random.PRNGKey(0)
-    server, clients = alg.init(key)
-    return alg.round(server, clients, key)
-
   try:
-    jax.eval_shape(one_round, [0.0] * len(names))
+    jax.eval_shape(lambda values: _one_round(exp, {**exp.hparams, **dict(zip(names, values))}),
+                   [0.0] * len(names))
   except (jax.errors.ConcretizationTypeError, jax.errors.TracerBoolConversionError,
           jax.errors.TracerIntegerConversionError, TypeError) as e:
     raise UsageError(f"--sweep: {', '.join(names)} shape arrays or control flow and cannot "
@@ -232,16 +238,7 @@ def check_flags_used(exp: Experiment, algo: str, given) -> None:
   hp = _Recording(exp.hparams)
   hp["server_opt_kwargs"] = opt_kwargs = _Recording(exp.hparams["server_opt_kwargs"])
   hp.read.clear()
-
-  def one_round():
-    alg = exp.build(hp)
-    key = jax.random.PRNGKey(0)
-    server, clients = alg.init(key)
-    if alg.eval_params is not None:
-      alg.eval_params(server, clients)
-    return alg.round(server, clients, key)
-
-  jax.eval_shape(one_round)
+  jax.eval_shape(lambda: _one_round(exp, hp))
   unused = [f for f in sorted(checked) if _FLAG_ALIASES.get(f, f) not in
             (opt_kwargs.read if f in _SERVER_OPT_FLAGS else hp.read)]
   if unused:
