@@ -7,7 +7,8 @@ Workloads (issue 9; logreg32 is issue 2's): FedAvg on MNIST-shaped generated dat
 clients x 600 examples, full participation (100 clients per round), 10 local SGD steps,
 client_lr 0.1, softmax cross entropy.
   w1: logistic regression, batch 10     w2: the 784-200-200-10 MLP, batch 32
-  w3: the CNN (--model=cnn), batch 32   logreg32: logistic regression, batch 32
+  w3: the CNN (--model=cnn), batch 32,  logreg32: logistic regression, batch 32
+      10 clients (CPU scale)
 Both sides train the same model for the same number of rounds per repeat.
 
 * vectorized: engine.run with fedavg.build (one lax.scan over a block of rounds, the
@@ -62,9 +63,10 @@ TEST_EXAMPLES = 1000
 LOCAL_STEPS = 10
 CLIENT_LR = 0.1
 # name -> (model, batch, target ratio against the loop or None, rounds per repeat when
-# --rounds=0: about 1-2 s per repeat on a 2-core CPU)
-WORKLOADS = {"w1": ("logreg", 10, None, 30), "w2": ("mlp", 32, 1.5, 4),
-             "w3": ("cnn", 32, None, 1), "logreg32": ("logreg", 32, 5.0, 20)}
+# --rounds=0: about 1-2 s per repeat on a 2-core CPU, clients per round). W3 trains 10
+# clients a round, not 100: a CNN round of 100 clients takes about a minute on 2 cores.
+WORKLOADS = {"w1": ("logreg", 10, None, 30, 100), "w2": ("mlp", 32, 1.5, 4, 100),
+             "w3": ("cnn", 32, None, 1, 10), "logreg32": ("logreg", 32, 5.0, 20, 100)}
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("workloads", ["w1", "w2", "w3", "logreg32"],
@@ -77,16 +79,16 @@ flags.DEFINE_integer("client_width", -1, "Vectorized side: clients vmapped at on
 flags.DEFINE_integer("seed", 0, "Seed of the generated data and of the runs.")
 
 
-def make_dataset(seed: int) -> Dataset:
-  return workloads.mnist_shaped(seed, NUM_CLIENTS, EXAMPLES_PER_CLIENT, TEST_EXAMPLES)
+def make_dataset(seed: int, num_clients: int = NUM_CLIENTS) -> Dataset:
+  return workloads.mnist_shaped(seed, num_clients, EXAMPLES_PER_CLIENT, TEST_EXAMPLES)
 
 
 def make_task(dataset: Dataset, model_name: str) -> task_lib.Task:
   return workloads.task(dataset, model_name, train_eval_examples=TEST_EXAMPLES)
 
 
-def client_steps_per_second(rounds: int, seconds: float) -> float:
-  return rounds * NUM_CLIENTS * LOCAL_STEPS / seconds
+def client_steps_per_second(rounds: int, seconds: float, clients: int = NUM_CLIENTS) -> float:
+  return rounds * clients * LOCAL_STEPS / seconds
 
 
 # ---------------------------------------------------------------------------
@@ -101,8 +103,8 @@ def time_vectorized(task: task_lib.Task, sampling: str, rounds: int, repeats: in
   One untimed warm-up block runs first. `between` runs after each timed block, outside
   the engine's timed region, so the loop baseline can share the same machine load.
   """
-  world = world_lib.make(participation.full(NUM_CLIENTS),
-                         np.full(NUM_CLIENTS, LOCAL_STEPS, np.int32))
+  world = world_lib.make(participation.full(task.num_clients),
+                         np.full(task.num_clients, LOCAL_STEPS, np.int32))
   hp = {"client_lr": CLIENT_LR, "server_lr": 1.0, "batch_size": batch,
         "sampling": sampling, "weighting": "uniform", "server_opt": "sgd",
         "client_width": FLAGS.client_width}
@@ -189,8 +191,8 @@ class LoopTimer:
 # Report.
 
 
-def summarize(timing: dict, rounds: int) -> dict:
-  rates = [client_steps_per_second(rounds, s) for s in timing["seconds"]]
+def summarize(timing: dict, rounds: int, clients: int = NUM_CLIENTS) -> dict:
+  rates = [client_steps_per_second(rounds, s, clients) for s in timing["seconds"]]
   return {**timing, "client_steps_per_second": statistics.median(rates),
           "best_client_steps_per_second": max(rates),
           "rounds_per_second": rounds / statistics.median(timing["seconds"])}
@@ -233,21 +235,22 @@ def peak_rss_mib() -> float:
   return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def measure(name: str, dataset: Dataset, rounds: int, repeats: int, seed: int,
-            peak_flops: float) -> dict:
-  model_name, batch, target, _ = WORKLOADS[name]
+def measure(name: str, rounds: int, repeats: int, seed: int, peak_flops: float) -> dict:
+  model_name, batch, target, _, clients = WORKLOADS[name]
+  dataset = make_dataset(seed, clients)
   task = make_task(dataset, model_name)
   row = {"workload": name, "model": model_name, "batch_size": batch,
-         "rounds_per_repeat": rounds, "repeats": repeats}
+         "clients_per_round": clients, "rounds_per_repeat": rounds, "repeats": repeats}
   print(f"[{name}] vectorized (replacement) interleaved with the per-client loop ...",
         flush=True)
   loop = LoopTimer(task, dataset.train, rounds, seed, batch)
   row["vectorized_replacement"] = summarize(
-      time_vectorized(task, "replacement", rounds, repeats, seed, batch, between=loop), rounds)
-  row["loop"] = summarize(loop.timing(), rounds)
+      time_vectorized(task, "replacement", rounds, repeats, seed, batch, between=loop),
+      rounds, clients)
+  row["loop"] = summarize(loop.timing(), rounds, clients)
   print(f"[{name}] vectorized (shuffle) ...", flush=True)
   row["vectorized_shuffle"] = summarize(
-      time_vectorized(task, "shuffle", rounds, repeats, seed, batch), rounds)
+      time_vectorized(task, "shuffle", rounds, repeats, seed, batch), rounds, clients)
   vec = row["vectorized_replacement"]["client_steps_per_second"]
   row["ratio"] = vec / row["loop"]["client_steps_per_second"]
   row["target"] = target
@@ -260,15 +263,16 @@ def measure(name: str, dataset: Dataset, rounds: int, repeats: int, seed: int,
 
 
 def table(rows: list[dict]) -> str:
-  lines = ["| workload | model, batch | vectorized client-steps/s | rounds/s | loop "
-           "client-steps/s | ratio | target | met? | GFLOP/s | of matmul peak | compile s |",
-           "|---|---|---:|---:|---:|---:|---:|:---:|---:|---:|---:|"]
+  lines = ["| workload | model, batch | clients per round | vectorized client-steps/s | "
+           "rounds/s | loop client-steps/s | ratio | target | met? | GFLOP/s | "
+           "of matmul peak | compile s |",
+           "|---|---|---:|---:|---:|---:|---:|---:|:---:|---:|---:|---:|"]
   for r in rows:
     v = r["vectorized_replacement"]
     target = "—" if r["target"] is None else f"{r['target']:g}x"
     met = "—" if r["met"] is None else ("yes" if r["met"] else "no")
     lines.append(
-        f"| {r['workload']} | {r['model']}, {r['batch_size']} | "
+        f"| {r['workload']} | {r['model']}, {r['batch_size']} | {r['clients_per_round']} | "
         f"{v['client_steps_per_second']:,.0f} | {v['rounds_per_second']:.2f} "
         f"| {r['loop']['client_steps_per_second']:,.0f} | {r['ratio']:.2f}x | {target} | {met} "
         f"| {r['achieved_flops_per_second'] / 1e9:.1f} | {r['matmul_fraction']:.0%} "
@@ -283,7 +287,8 @@ def markdown(rows: list[dict], env: dict) -> str:
            f"{r['peak_rss_mib_after']:,.0f} MiB after it" for r in rows]
   return "\n".join([
       "# FedAvg speed: vectorized engine vs per-client Python loop", "",
-      f"{NUM_CLIENTS} clients per round (full participation), {LOCAL_STEPS} local steps, "
+      "Full participation (every client of the generated population trains every round), "
+      f"{LOCAL_STEPS} local steps, "
       f"MNIST-shaped data ({EXAMPLES_PER_CLIENT} examples per client). Client-steps per "
       f"second, median over {rows[0]['repeats']} repeats; compile time excluded. `ratio` "
       "compares both sides with minibatches drawn with replacement. Vectorized timings "
@@ -311,13 +316,12 @@ def main(argv):
   peak = matmul_flops_per_second()
   env["matmul_gflops"] = peak / 1e9
   print(f"matmul throughput: {peak / 1e9:.0f} GFLOP/s", flush=True)
-  dataset = make_dataset(FLAGS.seed)
-  rows = [measure(w, dataset, FLAGS.rounds or WORKLOADS[w][3], FLAGS.repeats, FLAGS.seed, peak)
+  rows = [measure(w, FLAGS.rounds or WORKLOADS[w][3], FLAGS.repeats, FLAGS.seed, peak)
           for w in FLAGS.workloads]
   env["loadavg_after"] = os.getloadavg()
   print(table(rows))
   os.makedirs(FLAGS.output_dir, exist_ok=True)
-  config = {"num_clients": NUM_CLIENTS, "clients_per_round": NUM_CLIENTS,
+  config = {"clients_per_round": {w: WORKLOADS[w][4] for w in FLAGS.workloads},
             "examples_per_client": EXAMPLES_PER_CLIENT, "local_steps": LOCAL_STEPS,
             "client_lr": CLIENT_LR, "statistic": "median",
             "seed": FLAGS.seed}

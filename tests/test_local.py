@@ -4,6 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+import pytest
 
 from conftest import toy_setup
 from fedjax_bench.core import local
@@ -81,3 +82,36 @@ def test_local_steps_reduce_the_client_loss():
       task.offsets[1]:task.offsets[1] + task.counts[1]]
   w = jnp.ones(x.shape[0])
   assert float(task.loss(trained, x, y, w)) < 0.5 * float(task.loss(init, x, y, w))
+
+
+def _cohort_deltas(task, world, *, sampling, width, **kw):
+  params = task.init_params(jax.random.PRNGKey(1))
+  ids = jnp.arange(task.num_clients, dtype=jnp.int32)
+  return jax.jit(lambda p: local.train_cohort(
+      task, world, p, ids, jax.random.PRNGKey(4), opt=optax.sgd(0.3), batch_size=4,
+      sampling=sampling, width=width, **kw))(params)
+
+
+@pytest.mark.parametrize("sampling", local.SAMPLINGS)
+def test_read_ahead_and_cohort_draws_change_no_number(sampling, monkeypatch):
+  """Minibatches gathered before the scan and positions drawn for the whole cohort give
+  bitwise the numbers of per-step reads and draws."""
+  task, world = toy_setup(sizes=[7, 0, 9, 30, 1, 12], local_steps=5)
+  ahead = _cohort_deltas(task, world, sampling=sampling, width=2)
+  monkeypatch.setattr(local, "GATHER_BUDGET", 0)  # per-step reads, per-client draws
+  per_step = _cohort_deltas(task, world, sampling=sampling, width=2)
+  jax.tree.map(np.testing.assert_array_equal, ahead, per_step)
+  assert float(jnp.max(jnp.abs(jax.tree.leaves(ahead[0])[0]))) > 0
+
+
+@pytest.mark.parametrize("width", [0, 1, 4, 6])
+def test_summed_deltas_equal_the_weighted_sum_of_the_stack(width):
+  task, world = toy_setup(sizes=[7, 0, 9, 30, 1, 12], local_steps=3)
+  weights = jnp.asarray([1.0, 0.0, 2.0, 0.5, 3.0, 1.0])
+  deltas, losses = _cohort_deltas(task, world, sampling="shuffle", width=width)
+  total, sum_losses = _cohort_deltas(task, world, sampling="shuffle", width=width,
+                                     sum_weights=weights)
+  want = jax.tree.map(lambda d: np.tensordot(np.asarray(weights), np.asarray(d), 1), deltas)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7),
+               total, want)
+  np.testing.assert_array_equal(sum_losses, losses)

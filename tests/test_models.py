@@ -174,3 +174,28 @@ def test_mnist_cnn_uses_pytorch_default_init_and_dropout_only_in_training():
   assert jnp.array_equal(ev, model.apply({"params": p}, x))
   tr = model.apply({"params": p}, x, train=True, rngs={"dropout": jax.random.PRNGKey(1)})
   assert not jnp.allclose(ev, tr)
+
+
+@pytest.mark.parametrize("padding,kernel,channels", [("SAME", 5, 1), ("VALID", 3, 4),
+                                                     ([(2, 0), (1, 3)], 3, 2)])
+def test_fast_gradient_convolution_equals_lax(padding, kernel, channels):
+  """models.conv's hand-written backward pass: the same values and gradients (with
+  respect to input and kernel) as lax.conv_general_dilated's, also inside a scan."""
+  from flax import linen as nn
+  from fedjax_bench.models import conv as conv_lib
+  x = jax.random.normal(jax.random.PRNGKey(0), (3, 9, 8, channels))
+  fast = conv_lib.Conv(5, (kernel, kernel), padding=padding)
+  plain = nn.Conv(5, (kernel, kernel), padding=padding)
+  params = plain.init(jax.random.PRNGKey(1), x)
+  loss = lambda m: lambda p, x: jnp.sum(jnp.sin(m.apply(p, x)))
+  np.testing.assert_allclose(fast.apply(params, x), plain.apply(params, x), rtol=1e-6)
+  want = jax.grad(loss(plain), argnums=(0, 1))(params, x)
+  got = jax.jit(jax.grad(loss(fast), argnums=(0, 1)))(params, x)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5), got, want)
+
+  def scanned(m):
+    step = lambda p, _: (jax.tree.map(lambda a, g: a - 0.01 * g, p,
+                                      jax.grad(loss(m))(p, x)), None)
+    return jax.jit(lambda p: jax.lax.scan(step, p, jnp.arange(3))[0])(params)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
+               scanned(fast), scanned(plain))

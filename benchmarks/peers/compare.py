@@ -60,12 +60,13 @@ def run_fedjax(python: str, workloads, rounds: int, repeats: int) -> dict:
   return {r["workload"]: r for r in rows}
 
 
-def ours(name: str, dataset, rounds: int, repeats: int, seed: int) -> dict:
-  model_name, batch, _, default_rounds = speed.WORKLOADS[name]
+def ours(name: str, rounds: int, repeats: int, seed: int) -> dict:
+  model_name, batch, _, default_rounds, clients = speed.WORKLOADS[name]
   rounds = rounds or default_rounds
-  task = speed.make_task(dataset, model_name)
+  task = speed.make_task(speed.make_dataset(seed, clients), model_name)
   t = speed.time_vectorized(task, "shuffle", rounds, repeats, seed, batch)
-  return {**speed.summarize(t, rounds), "rounds_per_repeat": rounds,
+  return {**speed.summarize(t, rounds, clients), "rounds_per_repeat": rounds,
+          "clients_per_round": clients,
           "params": int(sum(a.size for a in __import__("jax").tree.leaves(
               task.init_params(__import__("jax").random.PRNGKey(0)))))}
 
@@ -78,11 +79,10 @@ def main(argv):
   python = ensure_venv(FLAGS.venv)
   print("FedJAX side ...", flush=True)
   theirs = run_fedjax(python, workloads, FLAGS.rounds, FLAGS.repeats)
-  dataset = speed.make_dataset(FLAGS.seed)
   rows = []
   for w in workloads:
     print(f"[{w}] ours ...", flush=True)
-    mine = ours(w, dataset, FLAGS.rounds, FLAGS.repeats, FLAGS.seed)
+    mine = ours(w, FLAGS.rounds, FLAGS.repeats, FLAGS.seed)
     ratio = mine["client_steps_per_second"] / theirs[w]["client_steps_per_second"]
     target = TARGETS.get(w)
     rows.append({"workload": w, "ours": mine, "fedjax": theirs[w], "ratio": ratio,
@@ -106,8 +106,9 @@ def write(rows, env, theirs) -> str:
 
 def markdown(rows, env) -> str:
   lines = ["# FedAvg against FedJAX 0.0.17, side by side", "",
-           "100 clients per round, 10 local steps, MNIST-shaped random data (100 x 600 "
-           "examples), the same models and batch sizes on both sides; FedJAX's "
+           "100 clients per round (W3: 10, CPU scale), 10 local steps, MNIST-shaped random "
+           "data (600 examples per client), the same models and batch sizes on both sides; "
+           "FedJAX's "
            "`fed_avg.federated_averaging` with its default client loop, ours with shuffled "
            "epochs. Client-steps per second, median over repeats, first (compiling) round "
            "excluded.", "",

@@ -19,9 +19,10 @@ import jax.numpy as jnp
 import numpy as np
 
 NUM_CLIENTS, EXAMPLES, LOCAL_STEPS, CLIENT_LR = 100, 600, 10, 0.1
-# name -> (model, batch, rounds per repeat when --rounds=0)
-WORKLOADS = {"w1": ("logreg", 10, 3), "w2": ("mlp", 32, 2), "w3": ("cnn", 32, 1),
-             "logreg32": ("logreg", 32, 3)}
+# name -> (model, batch, rounds per repeat when --rounds=0, clients per round: the
+# first clients of the data; benchmarks/speed.py's W3 trains 10 at CPU scale)
+WORKLOADS = {"w1": ("logreg", 10, 3, 100), "w2": ("mlp", 32, 2, 100), "w3": ("cnn", 32, 1, 10),
+             "logreg32": ("logreg", 32, 3, 100)}
 
 
 def forward(name):
@@ -63,7 +64,8 @@ def clients(seed):
 
 
 def run(name, rounds, repeats, data):
-  model_name, batch, default_rounds = WORKLOADS[name]
+  model_name, batch, default_rounds, clients = WORKLOADS[name]
+  data = data[:clients]
   rounds = rounds or default_rounds
   m = model(model_name)
   algorithm = fedjax.algorithms.fed_avg.federated_averaging(
@@ -84,9 +86,9 @@ def run(name, rounds, repeats, data):
       state, _ = algorithm.apply(state, data)
     ready(state)
     seconds.append(time.perf_counter() - t0)
-  rates = [rounds * NUM_CLIENTS * LOCAL_STEPS / s for s in seconds]
+  rates = [rounds * clients * LOCAL_STEPS / s for s in seconds]
   return {"workload": name, "model": model_name, "batch_size": batch,
-          "rounds_per_repeat": rounds, "repeats": repeats, "seconds": seconds,
+          "clients_per_round": clients, "rounds_per_repeat": rounds, "repeats": repeats, "seconds": seconds,
           "client_steps_per_second": statistics.median(rates),
           "rounds_per_second": rounds / statistics.median(seconds),
           "first_round_seconds": first,

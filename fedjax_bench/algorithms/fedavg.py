@@ -42,8 +42,10 @@ def build(task: Task, world: World, hp: dict) -> FederatedAlgorithm:
 
   def round_fn(server: ServerState, clients, key):
     mask, c, world_state = rounds.observe(world, server, key)
-    deltas, losses = rounds.train(task, world, hp, server.params, c, key, server.round)
-    delta = aggregate.weighted_mean(deltas, client_weights(task, c.ids, c.valid, weighting))
+    weights = client_weights(task, c.ids, c.valid, weighting)
+    total, losses = rounds.train(task, world, hp, server.params, c, key, server.round,
+                                 sum_weights=weights)
+    delta = aggregate.mean_of_sum(total, weights)
     server = rounds.apply_update(sopt, server, delta, world_state, skip=~jnp.any(c.valid))
     return server, clients, rounds.metrics(mask, c, losses)
 

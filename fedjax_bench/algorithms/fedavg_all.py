@@ -22,8 +22,9 @@ def build(task, world, hp: dict) -> FederatedAlgorithm:
 
   def round_fn(server, clients, key):
     mask, c, world_state = rounds.observe(world, server, key)
-    deltas, losses = rounds.train(task, world, hp, server.params, c, key, server.round)
-    delta = aggregate.scaled_sum(deltas, c.valid.astype(jnp.float32), m)
+    total, losses = rounds.train(task, world, hp, server.params, c, key, server.round,
+                                 sum_weights=c.valid.astype(jnp.float32))
+    delta = aggregate.divided(total, m)
     server = rounds.apply_update(sopt, server, delta, world_state, skip=~jnp.any(c.valid))
     return server, clients, rounds.metrics(mask, c, losses)
 

@@ -23,11 +23,12 @@ def build(task, world, hp: dict) -> FederatedAlgorithm:
 
   def round_fn(server, clients, key):
     mask, c, world_state = rounds.observe(world, server, key)
-    deltas, losses = rounds.train(task, world, hp, server.params, c, key, server.round)
     p = world.probs(server.round)[c.ids]
     # An active client has p > 0; the guard only keeps padding rows finite.
     w = jnp.where(c.valid, 1.0 / jnp.where(c.valid, p, 1.0), 0.0)
-    delta = aggregate.scaled_sum(deltas, w, m)
+    total, losses = rounds.train(task, world, hp, server.params, c, key, server.round,
+                                 sum_weights=w)
+    delta = aggregate.divided(total, m)
     server = rounds.apply_update(sopt, server, delta, world_state, skip=~jnp.any(c.valid))
     return server, clients, rounds.metrics(mask, c, losses)
 

@@ -11,15 +11,25 @@ def weighted_sum(tree, weights: jax.Array):
 
 def weighted_mean(tree, weights: jax.Array):
   """sum_i w_i x_i / sum_i w_i; zeros when every weight is zero."""
-  total = jnp.sum(weights)
-  scale = jnp.where(total > 0, 1.0 / jnp.where(total > 0, total, 1.0), 0.0)
-  return jax.tree.map(lambda s: s * scale.astype(s.dtype), weighted_sum(tree, weights))
+  return mean_of_sum(weighted_sum(tree, weights), weights)
+
+
+def mean_of_sum(total, weights: jax.Array):
+  """`weighted_mean` from the weighted sum ``total`` = sum_i w_i x_i already taken."""
+  norm = jnp.sum(weights)
+  scale = jnp.where(norm > 0, 1.0 / jnp.where(norm > 0, norm, 1.0), 0.0)
+  return jax.tree.map(lambda s: s * scale.astype(s.dtype), total)
 
 
 def scaled_sum(tree, weights: jax.Array, denominator):
   """sum_i w_i x_i / denominator (a fixed normalizer such as the population size)."""
+  return divided(weighted_sum(tree, weights), denominator)
+
+
+def divided(total, denominator):
+  """`scaled_sum` from the weighted sum ``total`` already taken."""
   scale = 1.0 / jnp.asarray(denominator, jnp.float32)
-  return jax.tree.map(lambda s: s * scale.astype(s.dtype), weighted_sum(tree, weights))
+  return jax.tree.map(lambda s: s * scale.astype(s.dtype), total)
 
 
 def clip_by_global_norm(tree, max_norm):

@@ -209,7 +209,7 @@ def local_sgd(task, world, hp: dict) -> Callable:
         start, jax.random.fold_in(keys.for_purpose(key, "local_train"), i),
         task.counts[i], world.client_steps[i], fetch=task.client_data(i),
         loss_fn=lambda *args: w * loss_fn(*args), opt=client_optimizer(alpha, project),
-        spec=spec, max_count=task.max_count)
+        spec=spec, max_count=task.max_count, gather_limit=local.GATHER_BUDGET)
     return new, unscaled(loss, w)
 
   return train

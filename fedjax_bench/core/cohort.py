@@ -95,6 +95,66 @@ def map_clients(fn, *args, width: int = -1):
   return jax.tree.map(lambda o: jax.lax.all_gather(o, name, tiled=True)[:n], out)
 
 
+def map_clients_sum(fn, weights: jax.Array, *args, width: int = -1):
+  """`map_clients` for an ``fn`` returning (tree, aux) when only sum_i w_i tree_i of the
+  trees is needed: (that sum, stacked aux).
+
+  The sum accumulates chunk by chunk, so the [clients, ...] stack of trees is never
+  written (for FedAvg on the MLP that stack and its all-gather over devices were a
+  fifth of a round on CPU); under `sharded_over`, each device sums its own clients and
+  the partial sums are added with psum. It equals `weighted_sum` of `map_clients`'s
+  trees up to the order of float additions.
+  """
+  axis = _CLIENT_AXIS.get()
+  if axis is None:
+    return _sum_local(fn, weights, args, resolve_width(width))
+  name, size = axis
+  n = weights.shape[0]
+  per = -(-n // size)
+  pad = lambda a: jnp.concatenate([a, jnp.repeat(a[:1], per * size - n, axis=0)])
+  padded_weights = jnp.concatenate([weights, jnp.zeros(per * size - n, weights.dtype)])
+  start = jax.lax.axis_index(name) * per
+  mine = lambda a: jax.lax.dynamic_slice_in_dim(a, start, per)
+  total, aux = _sum_local(fn, mine(padded_weights),
+                          jax.tree.map(lambda a: mine(pad(a)), args), resolve_width(width))
+  return (jax.lax.psum(total, name),
+          jax.tree.map(lambda o: jax.lax.all_gather(o, name, tiled=True)[:n], aux))
+
+
+def _weighted_sum(tree, weights):
+  return jax.tree.map(lambda a: jnp.tensordot(weights.astype(a.dtype), a, axes=1), tree)
+
+
+def _sum_local(fn, weights, args, width: int):
+  n = weights.shape[0]
+  if width == 0 or width >= n:
+    tree, aux = jax.vmap(fn)(*args)
+    return _weighted_sum(tree, weights), aux
+  k = max(width, 1)
+  full = n - n % k
+  chunk = lambda a: a[:full].reshape((full // k, k) + a.shape[1:])
+
+  def mapped(*chunk_args):  # one client at a time without a size-1 vmap (see map_clients)
+    if k > 1:
+      return jax.vmap(fn)(*chunk_args)
+    return jax.tree.map(lambda o: o[None], fn(*jax.tree.map(lambda a: a[0], chunk_args)))
+
+  def body(total, xs):
+    w, chunk_args = xs
+    tree, aux = mapped(*chunk_args)
+    return jax.tree.map(jnp.add, total, _weighted_sum(tree, w)), aux
+
+  shapes = jax.eval_shape(lambda *a: jax.vmap(fn)(*a)[0], *jax.tree.map(lambda a: a[:1], args))
+  zero = jax.tree.map(lambda s: jnp.zeros(s.shape[1:], s.dtype), shapes)
+  total, aux = jax.lax.scan(body, zero, (chunk(weights), jax.tree.map(chunk, args)))
+  aux = jax.tree.map(lambda a: a.reshape((full,) + a.shape[2:]), aux)
+  if full < n:
+    tree, rest = jax.vmap(fn)(*jax.tree.map(lambda a: a[full:], args))
+    total = jax.tree.map(jnp.add, total, _weighted_sum(tree, weights[full:]))
+    aux = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), aux, rest)
+  return total, aux
+
+
 def _map_local(fn, args, width: int):
   if width == 0:
     return jax.vmap(fn)(*args)

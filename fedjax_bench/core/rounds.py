@@ -67,12 +67,14 @@ def observe(world, server: ServerState, key) -> tuple[jax.Array | None, Cohort, 
 
 
 def train(task, world, hp: dict, start, c: Cohort, key, t, *, per_client_start=False,
-          loss_fn=None):
-  """Local SGD of cohort ``c`` at round t's client learning rate: (deltas, losses)."""
+          loss_fn=None, sum_weights=None):
+  """Local SGD of cohort ``c`` at round t's client learning rate: (deltas, losses), or
+  with ``sum_weights`` (sum_i w_i delta_i, losses) (`local.train_cohort`)."""
   return local.train_cohort(
       task, world, start, c.ids, key, opt=optax.sgd(schedules.client_lr(hp, t)),
       batch_size=hp["batch_size"], sampling=hp.get("sampling", "shuffle"),
-      width=hp.get("client_width", -1), loss_fn=loss_fn, per_client_start=per_client_start)
+      width=hp.get("client_width", -1), loss_fn=loss_fn, per_client_start=per_client_start,
+      sum_weights=sum_weights)
 
 
 def apply_update(sopt: optax.GradientTransformation, server: ServerState, delta, world_state,

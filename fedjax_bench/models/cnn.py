@@ -3,6 +3,7 @@
 
 from flax import linen as nn
 
+from fedjax_bench.models.conv import Conv
 from fedjax_bench.models.preprocess import Normalize, standardize
 
 
@@ -15,7 +16,7 @@ class CNN(nn.Module):
     del train  # no dropout
     x = standardize(x, self.normalize)
     for features in (32, 64):
-      x = nn.relu(nn.Conv(features, (5, 5), padding="SAME")(x))
+      x = nn.relu(Conv(features, (5, 5), padding="SAME")(x))
       x = nn.max_pool(x, (2, 2), strides=(2, 2))
     x = x.reshape(x.shape[0], -1)
     x = nn.relu(nn.Dense(512)(x))

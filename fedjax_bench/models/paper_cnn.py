@@ -11,6 +11,7 @@ from flax import linen as nn
 
 from fedjax_bench.models.dense import DenseOI
 from fedjax_bench.models.mnist_cnn import _torch_uniform
+from fedjax_bench.models.conv import Conv
 from fedjax_bench.models.preprocess import Normalize, standardize
 
 
@@ -25,7 +26,7 @@ class PaperCNN(nn.Module):
     x = standardize(x, self.normalize)
     for features in (32, 64):
       init = _torch_uniform(9 * x.shape[-1])
-      x = nn.relu(nn.Conv(features, (3, 3), padding="VALID", kernel_init=init,
+      x = nn.relu(Conv(features, (3, 3), padding="VALID", kernel_init=init,
                           bias_init=init)(x))
       x = nn.max_pool(x, (2, 2), strides=(2, 2))
     x = jnp.transpose(x, (0, 3, 1, 2)).reshape(x.shape[0], -1)

@@ -12,6 +12,7 @@ import jax.numpy as jnp
 from flax import linen as nn
 
 from fedjax_bench.models.dense import DenseOI
+from fedjax_bench.models.conv import Conv
 from fedjax_bench.models.preprocess import Normalize, standardize
 
 _KAIMING_NORMAL = nn.initializers.variance_scaling(2.0, "fan_in", "normal")
@@ -35,7 +36,7 @@ class SmallCNN(nn.Module):
     """``train=True`` enables dropout and then needs a "dropout" rng."""
     x = standardize(x, self.normalize)
     for _ in range(2):
-      x = nn.Conv(32, (3, 3), padding="SAME", kernel_init=_KAIMING_NORMAL)(x)
+      x = Conv(32, (3, 3), padding="SAME", kernel_init=_KAIMING_NORMAL)(x)
       x = nn.max_pool(nn.relu(x), (2, 2), strides=(2, 2))
     # PyTorch flattens NCHW: this order makes the first dense kernel match PyTorch's weight.
     x = jnp.transpose(x, (0, 3, 1, 2)).reshape(x.shape[0], -1)
