@@ -44,7 +44,9 @@ def estimate(build, task, hparams: dict, world, num_runs: int, num_devices: int)
     every run (seed x grid point) on the device that owns it;
   * ``round_per_run``: the round's working set: the cohort's deltas (cap x parameters)
     and, for the clients trained at once, parameters, optimizer state, gradients and a
-    minibatch, all as float32; an estimate, not a measurement of XLA's buffers.
+    minibatch, all as float32, and the minibatches and positions read ahead of local
+    training (each at most `local.GATHER_BUDGET`); an estimate, not a measurement of
+    XLA's buffers.
   """
   alg = build(hparams)
   server, clients = jax.eval_shape(alg.init, jax.random.PRNGKey(0))
@@ -55,8 +57,12 @@ def estimate(build, task, hparams: dict, world, num_runs: int, num_devices: int)
   from fedjax_bench.core import cohort
   width = cohort.resolve_width(hparams.get("client_width", -1)) or cap
   example = math.prod(task.feature_shape) * 4
+  from fedjax_bench.core import local
+  per_client_batches = world.max_steps * hparams["batch_size"]
+  ahead = (min(local.GATHER_BUDGET, min(width, cap) * per_client_batches * example)
+           + min(local.GATHER_BUDGET, cap * per_client_batches * 8))
   working = 2 * cap * params + min(width, cap) * (4 * params
-                                                  + hparams["batch_size"] * example)
+                                                  + hparams["batch_size"] * example) + ahead
   runs_here = num_runs // max(k for k in range(1, num_devices + 1) if num_runs % k == 0)
   state = tree_bytes((server, clients))
   return {"data": data, "state_per_run": state, "round_per_run": working,

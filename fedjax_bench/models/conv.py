@@ -6,7 +6,8 @@ input gradients on a slow generic path: a batch-32 gradient of a 5x5, 32->64 con
 takes 13 ms alone and 231 ms as a scan step (BUILD_NOTES.md, "Speed"). Here the
 backward pass is written out as two convolutions in the canonical NHWC/HWIO layout,
 with the transposes explicit, which the fast path takes: 12.5 ms per scan step, the
-same numbers.
+same numbers. (Upstream: jax-ml/jax#12868, "Convolution is significantly slower inside a
+loop body (CPU)", open.)
 
 Use it as ``nn.Conv(..., conv_general_dilated_cls=FastGradConv)``. Only stride-1,
 undilated, ungrouped NHWC convolutions on CPU take the rewritten gradient; anything
