@@ -160,9 +160,10 @@ def build(task: Task, world: World, hp: dict, *, method: str) -> FederatedAlgori
     admitted, diag = admit(server, key, part)
     a = weights(admitted, mult)
     c = cohort.from_mask(a > 0, cap)
-    deltas, losses = rounds.train(task, world, hp, server.params, c, key, server.round,
-                                  loss_fn=local_loss(server.params))
-    delta = aggregate.weighted_mean(deltas, jnp.where(c.valid, a[c.ids], 0.0))
+    w = jnp.where(c.valid, a[c.ids], 0.0)
+    total, losses = rounds.train(task, world, hp, server.params, c, key, server.round,
+                                 loss_fn=local_loss(server.params), sum_weights=w)
+    delta = aggregate.mean_of_sum(total, w)
     server = rounds.apply_update(sopt, server, delta, server.world, skip=~jnp.any(c.valid))
     return server, clients, {**rounds.metrics(a > 0, c, losses), **diag,
                              **_inclusion_metrics(task, p, admitted, free_ids, record)}

@@ -54,9 +54,10 @@ def build(task, world, hp: dict) -> FederatedAlgorithm:
 
   def round_fn(server, clients: Intervals, key):
     mask, c, world_state = rounds.observe(world, server, key)
-    deltas, losses = rounds.train(task, world, hp, server.params, c, key, server.round)
     omega = weights(clients)[c.ids]
-    delta = aggregate.scaled_sum(deltas, jnp.where(c.valid, omega, 0.0), m)
+    total, losses = rounds.train(task, world, hp, server.params, c, key, server.round,
+                                 sum_weights=jnp.where(c.valid, omega, 0.0))
+    delta = aggregate.divided(total, m)
     server = rounds.apply_update(sopt, server, delta, world_state, skip=~jnp.any(c.valid))
     clients = record(clients, rounds.participated(c, m), cutoff)
     return server, clients, {**rounds.metrics(mask, c, losses),

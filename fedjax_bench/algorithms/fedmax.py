@@ -21,7 +21,7 @@ from types import SimpleNamespace
 
 import jax.numpy as jnp
 
-from fedjax_bench.core import aggregate, loss_weights, rounds
+from fedjax_bench.core import loss_weights, rounds
 from fedjax_bench.core.rounds import ServerState
 from fedjax_bench.core.task import Task
 from fedjax_bench.core.types import FederatedAlgorithm
@@ -51,9 +51,8 @@ def build(task: Task, world: World, hp: dict, *, strategy: str) -> FederatedAlgo
     p = jnp.where(rounds.participated(c, task.num_clients), task.counts, 0).astype(jnp.float32)
     alpha = weigh(losses, p, k=k, beta=hp.get("softmax_beta", 1.0))
     alpha = loss_weights.floor_mix(alpha, p, hp.get("alpha_floor", 0.0))
-    deltas, train_losses = rounds.train(task, world, hp, server.params, c, key,
-                                        server.round)
-    delta = aggregate.weighted_sum(deltas, jnp.where(c.valid, alpha[c.ids], 0.0))
+    delta, train_losses = rounds.train(task, world, hp, server.params, c, key, server.round,
+                                       sum_weights=jnp.where(c.valid, alpha[c.ids], 0.0))
     server = rounds.apply_update(sopt, server, delta, world_state, skip=~jnp.any(c.valid))
     return server, clients, {**rounds.metrics(mask, c, train_losses),
                              **alpha_metrics(alpha, losses, p, record_alpha)}
