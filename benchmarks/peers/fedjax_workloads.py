@@ -88,7 +88,8 @@ def run(name, rounds, repeats, data):
     seconds.append(time.perf_counter() - t0)
   rates = [rounds * clients * LOCAL_STEPS / s for s in seconds]
   return {"workload": name, "model": model_name, "batch_size": batch,
-          "clients_per_round": clients, "rounds_per_repeat": rounds, "repeats": repeats, "seconds": seconds,
+          "clients_per_round": clients, "rounds_per_repeat": rounds, "repeats": repeats,
+          "seconds": seconds,
           "client_steps_per_second": statistics.median(rates),
           "rounds_per_second": rounds / statistics.median(seconds),
           "first_round_seconds": first,

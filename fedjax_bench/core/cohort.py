@@ -12,6 +12,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from fedjax_bench.core import aggregate
+
 
 class Cohort(NamedTuple):
   ids: jax.Array    # [cap] int32 client ids; padding rows hold id 0
@@ -85,14 +87,8 @@ def map_clients(fn, *args, width: int = -1):
   axis = _CLIENT_AXIS.get()
   if axis is None:
     return _map_local(fn, args, resolve_width(width))
-  name, size = axis
-  n = jax.tree.leaves(args)[0].shape[0]
-  per = -(-n // size)
-  pad = lambda a: jnp.concatenate([a, jnp.repeat(a[:1], per * size - n, axis=0)])
-  start = jax.lax.axis_index(name) * per
-  mine = jax.tree.map(lambda a: jax.lax.dynamic_slice_in_dim(pad(a), start, per), args)
-  out = _map_local(fn, mine, resolve_width(width))
-  return jax.tree.map(lambda o: jax.lax.all_gather(o, name, tiled=True)[:n], out)
+  mine, _, gather = _this_device(args, *axis)
+  return gather(_map_local(fn, mine, resolve_width(width)))
 
 
 def map_clients_sum(fn, weights: jax.Array, *args, width: int = -1):
@@ -108,28 +104,31 @@ def map_clients_sum(fn, weights: jax.Array, *args, width: int = -1):
   axis = _CLIENT_AXIS.get()
   if axis is None:
     return _sum_local(fn, weights, args, resolve_width(width))
-  name, size = axis
-  n = weights.shape[0]
+  (my_weights, mine), real, gather = _this_device((weights, args), *axis)
+  total, aux = _sum_local(fn, jnp.where(real, my_weights, 0), mine, resolve_width(width))
+  return jax.lax.psum(total, axis[0]), gather(aux)
+
+
+def _this_device(args, name: str, size: int):
+  """This device's slice of the leading axis of ``args`` (padded with copies of row 0 to
+  a multiple of ``size``), which of its rows are real, and the all-gather that puts the
+  devices' per-row results back in order."""
+  n = jax.tree.leaves(args)[0].shape[0]
   per = -(-n // size)
   pad = lambda a: jnp.concatenate([a, jnp.repeat(a[:1], per * size - n, axis=0)])
-  padded_weights = jnp.concatenate([weights, jnp.zeros(per * size - n, weights.dtype)])
   start = jax.lax.axis_index(name) * per
-  mine = lambda a: jax.lax.dynamic_slice_in_dim(a, start, per)
-  total, aux = _sum_local(fn, mine(padded_weights),
-                          jax.tree.map(lambda a: mine(pad(a)), args), resolve_width(width))
-  return (jax.lax.psum(total, name),
-          jax.tree.map(lambda o: jax.lax.all_gather(o, name, tiled=True)[:n], aux))
-
-
-def _weighted_sum(tree, weights):
-  return jax.tree.map(lambda a: jnp.tensordot(weights.astype(a.dtype), a, axes=1), tree)
+  mine = jax.tree.map(lambda a: jax.lax.dynamic_slice_in_dim(pad(a), start, per), args)
+  real = start + jnp.arange(per) < n
+  gather = lambda out: jax.tree.map(
+      lambda o: jax.lax.all_gather(o, name, tiled=True)[:n], out)
+  return mine, real, gather
 
 
 def _sum_local(fn, weights, args, width: int):
   n = weights.shape[0]
   if width == 0 or width >= n:
     tree, aux = jax.vmap(fn)(*args)
-    return _weighted_sum(tree, weights), aux
+    return aggregate.weighted_sum(tree, weights), aux
   k = max(width, 1)
   full = n - n % k
   chunk = lambda a: a[:full].reshape((full // k, k) + a.shape[1:])
@@ -142,15 +141,15 @@ def _sum_local(fn, weights, args, width: int):
   def body(total, xs):
     w, chunk_args = xs
     tree, aux = mapped(*chunk_args)
-    return jax.tree.map(jnp.add, total, _weighted_sum(tree, w)), aux
+    return jax.tree.map(jnp.add, total, aggregate.weighted_sum(tree, w)), aux
 
-  shapes = jax.eval_shape(lambda *a: jax.vmap(fn)(*a)[0], *jax.tree.map(lambda a: a[:1], args))
-  zero = jax.tree.map(lambda s: jnp.zeros(s.shape[1:], s.dtype), shapes)
+  shapes = jax.eval_shape(fn, *jax.tree.map(lambda a: a[0], args))[0]
+  zero = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
   total, aux = jax.lax.scan(body, zero, (chunk(weights), jax.tree.map(chunk, args)))
   aux = jax.tree.map(lambda a: a.reshape((full,) + a.shape[2:]), aux)
   if full < n:
     tree, rest = jax.vmap(fn)(*jax.tree.map(lambda a: a[full:], args))
-    total = jax.tree.map(jnp.add, total, _weighted_sum(tree, weights[full:]))
+    total = jax.tree.map(jnp.add, total, aggregate.weighted_sum(tree, weights[full:]))
     aux = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), aux, rest)
   return total, aux
 

@@ -60,6 +60,11 @@ def batch_positions(key, step, count, perm, *, batch_size: int, sampling: str):
   return pos, valid.astype(jnp.float32), perm
 
 
+def positions_bytes(num_clients: int, spec: LocalSpec) -> int:
+  """Bytes of `step_positions` (int32 positions and float32 weights) for ``num_clients``."""
+  return num_clients * spec.max_steps * spec.batch_size * 8
+
+
 def step_positions(key, count, *, spec: LocalSpec, max_count: int):
   """([max_steps, B] positions, [max_steps, B] weights) of every local step: the draws
   `batch_positions` makes step by step, made before training (vectorized over steps
@@ -101,8 +106,8 @@ def train(params, key, count, num_steps, *, fetch: Callable, loss_fn: Callable,
   pos, w = positions or step_positions(key, count, spec=spec, max_count=max_count)
   flat = pos.reshape(-1)
   shapes = jax.eval_shape(fetch, flat)
-  nbytes = sum(a.size * a.dtype.itemsize for a in jax.tree.leaves(shapes))
-  if nbytes <= gather_limit:
+  read_ahead = sum(a.size * a.dtype.itemsize for a in jax.tree.leaves(shapes)) <= gather_limit
+  if read_ahead:
     batches = jax.tree.map(lambda a: a.reshape(pos.shape + a.shape[1:]), fetch(flat))
   else:
     batches = pos
@@ -110,7 +115,7 @@ def train(params, key, count, num_steps, *, fetch: Callable, loss_fn: Callable,
   def step(carry, inputs):
     p, opt_state, loss_sum = carry
     s, wb, batch = inputs
-    xb, yb = batch if nbytes <= gather_limit else fetch(batch)
+    xb, yb = batch if read_ahead else fetch(batch)
     loss, g = grad_fn(p, xb, yb, wb, jax.random.fold_in(noise_key, s))
     updates, new_opt_state = opt.update(g, opt_state, p)
     new_p = optax.apply_updates(p, updates)
@@ -151,27 +156,26 @@ def train_cohort(task, world, params, ids, key, *, opt: optax.GradientTransforma
   client_keys = keys.per_client(keys.for_purpose(key, "local_train"), ids)
   # The whole cohort's minibatch positions in one vmap when they fit the budget: the
   # shuffle's small sequential steps then run once for all clients, not once per chunk.
-  if ids.shape[0] * spec.max_steps * batch_size * 8 <= GATHER_BUDGET:
+  # Otherwise each client draws its own inside `train`.
+  draws = ()
+  if positions_bytes(ids.shape[0], spec) <= GATHER_BUDGET:
     draws = cohort.map_clients(lambda i, k: step_positions(
         k, task.counts[i], spec=spec, max_count=task.max_count), ids, client_keys, width=0)
-  else:
-    no_draws = jnp.zeros(ids.shape[0], bool)
-    draws = (no_draws, no_draws)
 
-  def one(i, k, pos, w, start):
+  def one(i, k, start, *drawn):
     fn = loss_fn
     if loss_scale is not None:
       fn = lambda *args: loss_scale[i] * loss_fn(*args)
     new, loss = train(start, k, task.counts[i], world.client_steps[i],
                       fetch=task.client_data(i), loss_fn=fn, opt=opt, spec=spec,
                       max_count=task.max_count, gather_limit=GATHER_BUDGET // at_once,
-                      positions=None if pos.ndim == 0 else (pos, w))
+                      positions=drawn or None)
     return jax.tree.map(jnp.subtract, new, start), loss
 
   if per_client_start:
-    fn, args = one, (ids, client_keys, *draws, params)
+    fn, args = one, (ids, client_keys, params, *draws)
   else:
-    fn, args = (lambda i, k, pos, w: one(i, k, pos, w, params)), (ids, client_keys, *draws)
+    fn, args = (lambda i, k, *drawn: one(i, k, params, *drawn)), (ids, client_keys, *draws)
   if sum_weights is None:
     return cohort.map_clients(fn, *args, width=width)
   return cohort.map_clients_sum(fn, sum_weights, *args, width=width)

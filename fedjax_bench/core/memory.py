@@ -54,13 +54,12 @@ def estimate(build, task, hparams: dict, world, num_runs: int, num_devices: int)
   data = tree_bytes([task.x, task.y, task.test_x, task.test_y, task.train_eval_x,
                      task.train_eval_y, task.offsets, task.counts])
   cap = world.participation.cap
-  from fedjax_bench.core import cohort
+  from fedjax_bench.core import cohort, local
   width = cohort.resolve_width(hparams.get("client_width", -1)) or cap
   example = math.prod(task.feature_shape) * 4
-  from fedjax_bench.core import local
-  per_client_batches = world.max_steps * hparams["batch_size"]
-  ahead = (min(local.GATHER_BUDGET, min(width, cap) * per_client_batches * example)
-           + min(local.GATHER_BUDGET, cap * per_client_batches * 8))
+  spec = local.LocalSpec(world.max_steps, hparams["batch_size"])
+  ahead = (min(local.GATHER_BUDGET, min(width, cap) * spec.max_steps * spec.batch_size * example)
+           + min(local.GATHER_BUDGET, local.positions_bytes(cap, spec)))
   working = 2 * cap * params + min(width, cap) * (4 * params
                                                   + hparams["batch_size"] * example) + ahead
   runs_here = num_runs // max(k for k in range(1, num_devices + 1) if num_runs % k == 0)
