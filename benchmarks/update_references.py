@@ -6,7 +6,9 @@
 
 Each algorithm's reference config (fedjax_bench/reference.py) runs on one CPU device. Before
 anything is written, every algorithm and metric prints the largest absolute and relative
-difference against the committed file and whether it is within reference.RTOL / ATOL.
+difference against the committed file and whether it is within reference.RTOL / ATOL, and
+how far a start perturbed by reference.PERTURBATION moves the new curves (a configuration
+that moves past the tolerance is chaotic and must be changed; nothing is written then).
 --check writes nothing and exits 1 when some difference is outside the tolerance (or a
 file is missing); without it, the new curves replace the committed ones.
 """
@@ -14,6 +16,7 @@ file is missing); without it, the new curves replace the committed ones.
 import argparse
 import os
 import sys
+import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -53,16 +56,35 @@ def report(name, curves, directory) -> bool:
   return ok
 
 
+def not_chaotic(name, curves, device) -> bool:
+  """Prints how far a start perturbed by reference.PERTURBATION moves ``name``'s curves;
+  True when within the tolerance."""
+  moved = reference.compute(name, devices=device, perturbation=reference.PERTURBATION)
+  diffs = reference.differences(curves, moved)
+  ok = all(d["ok"] for d in diffs.values())
+  worst = max(d["max_rel"] for d in diffs.values())
+  print(f"{'':22s} perturbed start ({reference.PERTURBATION:g}): max rel {worst:.2e}"
+        f"{'' if ok else ' OUTSIDE: chaotic, change its configuration'}", flush=True)
+  return ok
+
+
 def main(argv=None) -> int:
   args, names = parse(argv)
   import jax
   device = jax.devices("cpu")[:1]  # the references are one CPU device's float32 numbers
   print(f"tolerance: rtol {reference.RTOL:g}, atol {reference.ATOL:g}; jax {jax.__version__}, "
         f"{len(names)} algorithm(s) on {device[0]}", flush=True)
-  new, within = {}, True
+  # The perturbed start compiles the plain run's round and evaluation programs again.
+  jax.config.update("jax_compilation_cache_dir", tempfile.mkdtemp(prefix="xla_cache_"))
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+  new, within, stable = {}, True, True
   for name in names:
     new[name] = reference.compute(name, devices=device)
     within &= report(name, new[name], args.dir)
+    stable &= not_chaotic(name, new[name], device)
+  if not stable:
+    print("some configurations are chaotic; nothing written")
+    return 1
   if args.check:
     print("all within tolerance" if within else "some curves are OUTSIDE the tolerance")
     return 0 if within else 1

@@ -3,7 +3,7 @@ divergence record), the evaluations so far and the wall time spent, in one .npz 
 written atomically.
 
 No PRNG state is saved because none exists between rounds: round t of a run draws from
-fold_in(fold_in(PRNGKey(seed), 1), t) (engine.py), so the round counter is the key.
+`keys.round_key(keys.root(seed), t)` (engine.py), so the round counter is the key.
 
 Layout: ``meta`` (JSON as uint8: format, fingerprint, config, rounds done, ...), ``leaf_I``
 (the state's leaves in `jax.tree.flatten` order, run axis first) and ``eval_E.NAME`` /

@@ -83,10 +83,14 @@ flags.DEFINE_float("markov_a", 0.05, "markov: the inactive -> active transition 
 flags.DEFINE_integer("rounds", 100, "Communication rounds.", module_name=_MODULE)
 flags.DEFINE_integer("local_steps", 10, "Local optimizer steps per round.", module_name=_MODULE)
 flags.DEFINE_float("local_epochs", 0.0, "If > 0, each client runs this many epochs of "
-                   "ceil(n_i / batch_size) steps instead of --local_steps.", module_name=_MODULE)
+                   "ceil(n_i / batch_size) steps (floor, at least 1, with "
+                   "--sampling=shuffle_drop_last) instead of --local_steps.", module_name=_MODULE)
 flags.DEFINE_integer("batch_size", 32, "Local minibatch size.", module_name=_MODULE)
 flags.DEFINE_enum("sampling", "shuffle", list(local.SAMPLINGS), "Local minibatches: shuffled "
-                  "epochs or uniform with replacement.", module_name=_MODULE)
+                  "epochs with a partial last batch (shuffle), shuffled epochs of full batches "
+                  "only, the remainder dropped as PyTorch's drop_last=True (shuffle_drop_last; "
+                  "the FedAWE and FedALIGN authors' code), or uniform with replacement.",
+                  module_name=_MODULE)
 flags.DEFINE_float("client_lr", 0.1, "Client SGD learning rate (eta_0 of a schedule).",
                    module_name=_MODULE)
 flags.DEFINE_enum("client_lr_schedule", "constant", list(schedules.SCHEDULES), "Per-round "
@@ -212,7 +216,8 @@ flags.DEFINE_integer("client_width", -1, "Clients trained at once (vmapped) per 
                      "over the cohort: 0 = the whole cohort, -1 = auto (4 on CPU, 0 on "
                      "GPU/TPU). Changes speed, not results.", module_name=_MODULE)
 flags.DEFINE_bool("zero_init", False, "Start from all-zero weights (--model=logreg only; the "
-                  "FedAWE spec's toyfl experiment).", module_name=_MODULE)
+                  "FedAWE spec's toyfl experiment; the default of the asynchronous algorithms "
+                  "on MNIST, AREA's x0 = 0).", module_name=_MODULE)
 flags.DEFINE_bool("augment", True, "Apply the dataset's training augmentation (svhn: random "
                   "crop; cifar10, cinic10: crop and flip; none for the others).",
                   module_name=_MODULE)
@@ -268,6 +273,9 @@ flags.register_validator("alpha_floor", lambda v: 0 <= v <= 1, "--alpha_floor mu
 flags.DEFINE_integer("checkpoint_every", 1, "Save the whole simulation to OUTPUT_DIR/"
                      "checkpoint.npz after every this many evaluations (0: never); it is "
                      "removed when the run's results are written.", module_name=_MODULE)
+flags.DEFINE_bool("check_only", False, "Parse and check the flags as a run would (load the "
+                  "data, build the algorithm, trace one round, check flags it does not read), "
+                  "then exit without training or writing anything.", module_name=_MODULE)
 flags.DEFINE_bool("resume", False, "Continue from OUTPUT_DIR/checkpoint.npz, bit-identically "
                   "to a run never stopped (--rounds may grow); a finished run in OUTPUT_DIR is "
                   "skipped.", module_name=_MODULE)
@@ -467,17 +475,16 @@ def _run() -> int:
   from fedjax_bench.core import memory
 
   seeds = parse_seeds(FLAGS.seeds)
+  if FLAGS.check_only:
+    check_flags()
+    print("ok: the flags are valid for this run")
+    return 0
   if FLAGS.distributed:
     _initialize_distributed(jax)
   lead = jax.process_index() == 0  # writes files and prints progress
-  given = {f.name for f in FLAGS.get_flags_for_module(_MODULE) if f.present}
-  cfg = experiment.with_defaults(our_flags(), given)
+  cfg, given, grid = resolve_flags()
   name = FLAGS.name or f"{cfg['algo']}_{cfg['dataset']}_{cfg['model']}"
   out = _output_dir(name) if lead else FLAGS.output_dir or os.path.join("results", "runs", name)
-  grid = parse_sweep(FLAGS.sweep, experiment.sweepable(cfg))
-  for swept in grid[0] if grid else ():
-    if swept in given:
-      raise UsageError(f"--{swept} is given and swept by --sweep; give one")
   fingerprint = run_fingerprint(cfg, seeds, grid)
   ckpt_path = os.path.join(out, checkpoint.FILE)
   if FLAGS.resume and not os.path.exists(ckpt_path):
@@ -489,9 +496,7 @@ def _run() -> int:
   elif os.path.exists(ckpt_path) and not FLAGS.resume:
     raise UsageError(f"{out} holds the checkpoint of an unfinished run; add --resume to "
                      "continue it, or give another --output_dir")
-  exp = experiment.setup(cfg, participation_given=FLAGS["participation"].present)
-  experiment.check_sweepable(exp, grid)
-  experiment.check_flags_used(exp, cfg["algo"], given)
+  exp = build_experiment(cfg, given, grid)
   dataset, task = exp.dataset, exp.task
   memory.check_run(exp.build, task, exp.hparams, exp.world, len(seeds) * max(len(grid), 1),
                    jax.device_count())
@@ -546,10 +551,41 @@ def _run() -> int:
   return _divergence_status(output, grid, out)
 
 
+def resolve_flags() -> tuple[dict, set, list]:
+  """(config with the paper defaults filled in, the names the user gave, the sweep grid)
+  from the parsed flags."""
+  from fedjax_bench import experiment
+  given = {f.name for f in FLAGS.get_flags_for_module(_MODULE) if f.present}
+  cfg = experiment.with_defaults(our_flags(), given)
+  grid = parse_sweep(FLAGS.sweep, experiment.sweepable(cfg))
+  for swept in grid[0] if grid else ():
+    if swept in given:
+      raise UsageError(f"--{swept} is given and swept by --sweep; give one")
+  return cfg, given, grid
+
+
+def build_experiment(cfg: dict, given: set, grid: list, dataset=None):
+  """The experiment of a resolved configuration, after every check that needs it built:
+  sweepable hyperparameters and flags the algorithm does not read. ``dataset`` stands in
+  for loading the configured one (tests of flagfiles whose data is not here)."""
+  from fedjax_bench import experiment
+  exp = experiment.setup(cfg, dataset=dataset, participation_given=FLAGS["participation"].present)
+  experiment.check_sweepable(exp, grid)
+  experiment.check_flags_used(exp, cfg["algo"], given)
+  return exp
+
+
+def check_flags(dataset=None):
+  """Every check a run makes of the parsed flags before it trains (`--check_only`)."""
+  parse_seeds(FLAGS.seeds)
+  cfg, given, grid = resolve_flags()
+  return build_experiment(cfg, given, grid, dataset=dataset)
+
+
 # Flags that change neither the numbers nor which runs there are: a checkpoint written
 # with other values of these still resumes. (--rounds may grow to extend a run.)
-_NOT_IN_FINGERPRINT = ("output_dir", "name", "resume", "checkpoint_every", "data_dir",
-                       "cache_dir", "distributed", "coordinator_address", "num_processes",
+_NOT_IN_FINGERPRINT = ("output_dir", "name", "resume", "check_only", "checkpoint_every",
+                       "data_dir", "cache_dir", "distributed", "coordinator_address", "num_processes",
                        "process_id", "rounds", "seeds", "sweep")
 
 

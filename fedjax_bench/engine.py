@@ -2,8 +2,8 @@
 as one vmapped program sharded over devices.
 
 Every (grid point, seed) pair is one *run*; runs are a leading axis of every state leaf.
-Run r = g * num_seeds + s. The seed key of a run is PRNGKey(seed): init draws from
-fold_in(seed_key, 0), round t from fold_in(fold_in(seed_key, 1), t), so a run's numbers
+Run r = g * num_seeds + s. A run's key is `keys.root(seed)`; its initialization draws from
+`keys.init_key`, round t from `keys.round_key(run_key, t)` (core/keys.py), so a run's numbers
 depend neither on the other runs nor on how many devices share them.
 """
 
@@ -18,7 +18,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from fedjax_bench import checkpoint as checkpoint_lib
-from fedjax_bench.core import cohort
+from fedjax_bench.core import cohort, keys
 from fedjax_bench.core.task import Task
 from fedjax_bench.core.types import FederatedAlgorithm, params_to_evaluate
 from fedjax_bench.errors import UsageError
@@ -131,7 +131,7 @@ def run(build: Builder, task: Task, hparams: dict, *, seeds: list[int], rounds: 
   sharding = run_sharding(num_runs, devices)
   put = lambda tree: _put(tree, sharding)
   swept = put(_grid_arrays(grid, num_seeds))
-  seed_keys = put(jnp.stack([jax.random.PRNGKey(s) for s in seeds] * len(grid)))
+  seed_keys = put(jnp.stack([keys.root(s) for s in seeds] * len(grid)))
 
   def algorithm(hp_run):
     return build({**hparams, **hp_run})
@@ -139,16 +139,15 @@ def run(build: Builder, task: Task, hparams: dict, *, seeds: list[int], rounds: 
   # A run's state: (server, clients, t, diverged); `diverged` is 0 or the first round
   # after which the server's parameters were non-finite.
   def init_one(hp_run, seed_key):
-    server, clients = algorithm(hp_run).init(jax.random.fold_in(seed_key, 0))
+    server, clients = algorithm(hp_run).init(keys.init_key(seed_key))
     return server, clients, jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32)
 
   def block_one(hp_run, seed_key, state, length):
     alg = algorithm(hp_run)
-    round_key = jax.random.fold_in(seed_key, 1)
 
     def step(carry, _):
       server, clients, t, diverged = carry
-      server, clients, metrics = alg.round(server, clients, jax.random.fold_in(round_key, t))
+      server, clients, metrics = alg.round(server, clients, keys.round_key(seed_key, t))
       finite = _all_finite(server.params)
       diverged = jnp.where((diverged == 0) & ~finite, t + 1, diverged)
       return (server, clients, t + 1, diverged), metrics

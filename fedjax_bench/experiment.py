@@ -128,7 +128,8 @@ def setup(cfg: dict, *, dataset: Dataset | None = None,
   else:
     part = make_participation(cfg, dataset, participation_given)
   steps = world_lib.client_steps(dataset.train.counts, local_steps=cfg["local_steps"],
-                                 local_epochs=cfg["local_epochs"], batch_size=cfg["batch_size"])
+                                 local_epochs=cfg["local_epochs"], batch_size=cfg["batch_size"],
+                                 drop_last=cfg.get("sampling") == "shuffle_drop_last")
   world = world_lib.make(part, steps)
   hparams = {k: cfg[k] for k in HPARAM_KEYS}
   hparams["server_opt_kwargs"] = server_opt_kwargs(cfg)
@@ -138,11 +139,12 @@ def setup(cfg: dict, *, dataset: Dataset | None = None,
 
 
 # The AREA paper's setting (spec 002 §5), taken by every flag the user did not give when an
-# asynchronous algorithm runs on one of its problems.
+# asynchronous algorithm runs on one of its problems; x0 = 0 (spec §8 row 12: the initial gap
+# is then ln 10 - f*). The quadratic's linear model always starts at 0.
 ASYNC_DEFAULTS = {
     "mnist": dict(num_clients=128, partition="dirichlet", alpha=0.1, model="logreg",
                   logreg_bias=False, l2=1e-3, local_steps=1, batch_size=32,
-                  optimality_gap=True, sim_time=20.0),
+                  optimality_gap=True, sim_time=20.0, zero_init=True),
     "quadratic": dict(num_clients=50, model="linear", local_steps=1, batch_size=1,
                       async_rates="normal", async_rate_std=3.0, sim_time=10.0),
 }

@@ -142,7 +142,7 @@ def test_horizon_freezes_the_state_under_the_engine():
     ("area", {"aggregation": "periodic"}, "count, poisson"),
     ("area", {"grad_scale": "sum"}, "data_weight, none"),
     ("area", {"projection": "sphere"}, "none, ball, box"),
-    ("area", {"sampling": "stratified"}, "shuffle, replacement"),
+    ("area", {"sampling": "stratified"}, "shuffle, shuffle_drop_last, replacement"),
     ("fedbuff", {"fedbuff_divisor": "k"}, "buffer, num_clients"),
     ("fedbuff", {"fedbuff_staleness": "poly"}, "none, sqrt"),
     ("asfedavg", {"asfedavg_mode": "fedasync"}, "model_average, async_sgd"),

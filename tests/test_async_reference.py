@@ -16,7 +16,7 @@ import pytest
 from flax import linen as nn
 
 from fedjax_bench import algorithms
-from fedjax_bench.core import asynchronous
+from fedjax_bench.core import asynchronous, keys
 from fedjax_bench.core.task import make_task
 from fedjax_bench.data.federated import Dataset, FederatedData
 from fedjax_bench.sim import asynchrony, participation, world as world_lib
@@ -61,11 +61,11 @@ def make_world(n, steps=1, clock=None):
 
 
 def init_key(seed):
-  return jax.random.fold_in(jax.random.PRNGKey(seed), 0)
+  return keys.init_key(keys.root(seed))
 
 
 def round_key(seed, t):
-  return jax.random.fold_in(jax.random.fold_in(jax.random.PRNGKey(seed), 1), t)
+  return keys.round_key(keys.root(seed), t)
 
 
 def settled(server, clients):

@@ -15,6 +15,7 @@ import pytest
 
 from fedjax_bench import cli, engine, experiment
 from fedjax_bench.algorithms import fedalign
+from fedjax_bench.core import keys
 from fedjax_bench.data import partition, pfl_synthetic, priority
 
 cli.FLAGS(["test"])  # flag defaults
@@ -99,7 +100,7 @@ def _one_round(algo, dataset="synth_pfl", num_clients=14, **kw):
   kw = dict(dataset=dataset, num_clients=num_clients, rounds=1, eval_every=1,
             batch_size=200, warmup_rounds=0, zero_init=False, **kw)
   out, exp = run(algo, **kw)
-  server, _ = exp.build(exp.hparams).init(jax.random.fold_in(jax.random.PRNGKey(0), 0))
+  server, _ = exp.build(exp.hparams).init(keys.init_key(keys.root(0)))
   return out, exp, server.params
 
 

@@ -51,7 +51,7 @@ def _loop_round(task, world, hp, params, key, t):
   grad = jax.jit(jax.grad(task.loss))
   deltas, weights = [], []
   for i in np.flatnonzero(mask):
-    k = jax.random.fold_in(train_key, int(i))
+    k = keys.for_purpose(jax.random.fold_in(train_key, int(i)), "local_sampling")
     off, cnt = int(task.offsets[i]), int(task.counts[i])
     p, perm = params, jnp.arange(task.max_count, dtype=jnp.int32)
     for s in range(int(world.client_steps[i])):

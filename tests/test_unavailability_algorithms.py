@@ -19,6 +19,7 @@ import pytest
 from conftest import toy_setup
 from fedjax_bench import algorithms, engine, models
 from fedjax_bench.algorithms import fedau
+from fedjax_bench.core import keys
 from fedjax_bench.core.task import make_task
 from fedjax_bench.data.federated import Dataset, FederatedData
 from fedjax_bench.sim import participation, world as world_lib
@@ -65,12 +66,12 @@ def kernel(params):
 
 def init_key(seed):
   """What engine.run uses to initialise seed `seed`."""
-  return jax.random.fold_in(jax.random.PRNGKey(seed), 0)
+  return keys.init_key(keys.root(seed))
 
 
 def round_key(seed, t):
   """engine.run's key of round t of seed `seed`."""
-  return jax.random.fold_in(jax.random.fold_in(jax.random.PRNGKey(seed), 1), t)
+  return keys.round_key(keys.root(seed), t)
 
 
 def scripted(masks) -> participation.Participation:

@@ -125,7 +125,7 @@ def build(task, world, hp: dict, *, server_opt: str | None = None,
     server = rounds.ServerState(params, keep(opt_state, server.opt_state), t + 1, world_state,
                                 aux)
     mean_in = aggregate.weighted_mean(sent_in, c.valid)
-    compressed_mean = up.apply(keys.for_purpose(key, "server"), mean_in)
+    compressed_mean = up.apply(keys.for_purpose(key, "diagnostics"), mean_in)
     metrics = {
         **rounds.metrics(mask, c, losses),
         "cum_uplink_bits": sent_bits(messages, up_bits) / n,

@@ -1,28 +1,62 @@
-"""Keys split by purpose and by client.
+"""Every random key of a simulation, derived along a tree of named purposes.
 
-Every random draw of a round comes from the round key folded with a fixed purpose
-number, then with the client's id, so a client's draws do not depend on which
-other clients happen to be in the cohort.
+  PRNGKey(seed) -domain-> "run"  -phase-> "init"   -purpose-> ... -client-> ...
+                                        "rounds" -round t-> -purpose-> -client-> -sub-purpose-> -step->
+                       -domain-> "data" -purpose-> -client/example index-> ...
+
+Each level folds in one kind of thing: names (a domain, a phase, a purpose) or indices
+(a round, a client, a local step, a leaf). A name is folded in as a fixed 32-bit hash of
+the name (`PURPOSES`, distinct by construction), so two purposes never share a key, and a
+name's key never equals an index's key at the same level unless code mixes the two kinds,
+which these helpers do not. A client's draws depend only on (seed, round, client), never
+on which other clients share its cohort. Data generated from a seed lives in the "data"
+domain, so it never reuses the run's keys of the same seed.
 """
 
-import jax
+import zlib
 
-_PURPOSES = {
-    "init": 0,
-    "participation": 1,
-    "local_train": 2,
-    "compression": 3,
-    "availability": 4,
-    "delay": 5,
-    "server": 6,
-    "local_noise": 7,  # augmentation and dropout inside local steps
-    "events": 8,       # asynchronous event traces (sim/asynchrony.Clock)
-    "selection": 9,    # FedALIGN's selection minibatches
-}
+import jax
+import jax.numpy as jnp
+
+_NAMES = (
+    # domains of a seed
+    "run", "data",
+    # phases of a run
+    "init", "rounds",
+    # purposes of the init and round keys
+    "participation", "local_train", "compression", "availability", "delay", "server",
+    "events", "selection", "diagnostics",
+    # sub-purposes of a client's local-training key
+    "local_sampling", "local_noise",
+    # the asynchronous aggregation clock (sim/asynchrony), beside the clients' clocks
+    "aggregation_clock",
+    # purposes of the data domain (data/stream.py)
+    "client_models", "examples",
+)
+PURPOSES = {name: zlib.crc32(f"fedjax_bench/{name}".encode()) for name in _NAMES}
+assert len(set(PURPOSES.values())) == len(PURPOSES)
 
 
 def for_purpose(key: jax.Array, purpose: str) -> jax.Array:
-  return jax.random.fold_in(key, _PURPOSES[purpose])
+  """The key of a named purpose (a domain, phase or purpose of `PURPOSES`) under ``key``."""
+  return jax.random.fold_in(key, jnp.uint32(PURPOSES[purpose]))
+
+
+def root(seed: int, domain: str = "run") -> jax.Array:
+  """A seed's key of a domain: "run" for the simulation, "data" for generated data."""
+  if domain not in ("run", "data"):
+    raise ValueError(f"unknown key domain {domain!r}; valid: run, data")
+  return for_purpose(jax.random.PRNGKey(seed), domain)
+
+
+def init_key(run_key: jax.Array) -> jax.Array:
+  """The key of a run's initialization (its algorithm's and its world's)."""
+  return for_purpose(run_key, "init")
+
+
+def round_key(run_key: jax.Array, t) -> jax.Array:
+  """The key of round (or asynchronous event) t of a run."""
+  return jax.random.fold_in(for_purpose(run_key, "rounds"), t)
 
 
 def per_client(key: jax.Array, client_ids: jax.Array) -> jax.Array:

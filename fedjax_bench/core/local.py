@@ -3,8 +3,15 @@
 Vmap ``train`` over a cohort. A client stops after its own ``num_steps`` (the step
 mask carries computational heterogeneity). Minibatches come from the client's own
 examples, either uniformly with replacement or as shuffled epochs: every epoch is a
-fresh permutation, visited in batches, the last batch of an epoch partial
-(drop_remainder=False), padding rows weighted 0.
+fresh permutation, visited in batches. With "shuffle" the last batch of an epoch is
+partial (drop_remainder=False), padding rows weighted 0; with "shuffle_drop_last" an
+epoch is floor(count/B) full batches and the rest of the permutation is left out, as a
+PyTorch DataLoader with drop_last=True (a client with fewer than B examples uses all of
+them, one partial batch an epoch).
+
+A client's key (`keys.per_client` of the round's "local_train" key) has two sub-purposes:
+"local_sampling" (step s's minibatch draws from its fold with s) and "local_noise" (step
+s's augmentation and dropout from its fold with s).
 """
 
 from typing import Callable, NamedTuple, Optional
@@ -15,7 +22,7 @@ import optax
 
 from fedjax_bench.core import cohort, keys
 
-SAMPLINGS = ("shuffle", "replacement")
+SAMPLINGS = ("shuffle", "shuffle_drop_last", "replacement")
 # Bytes of minibatches read ahead of local training, over all clients trained at once.
 GATHER_BUDGET = 64 << 20
 
@@ -29,19 +36,24 @@ class LocalSpec(NamedTuple):
 def batch_positions(key, step, count, perm, *, batch_size: int, sampling: str):
   """Positions in [0, count) of local step ``step``'s examples, their weights, and ``perm``.
 
-  For shuffled epochs, ``perm`` ([max_count] int32, start from ``arange``) carries an
-  incremental Fisher-Yates shuffle: step b of an epoch fixes slots b*B..b*B+B-1 of a
-  uniformly random permutation of [0, count), an O(B) cost instead of a sort per step.
-  Starting each epoch from the previous epoch's order keeps every epoch uniform.
+  ``key`` is the client's "local_sampling" key. For shuffled epochs, ``perm`` ([max_count]
+  int32, start from ``arange``) carries an incremental Fisher-Yates shuffle: step b of an
+  epoch fixes slots b*B..b*B+B-1 of a uniformly random permutation of [0, count), an O(B)
+  cost instead of a sort per step. Starting each epoch from the previous epoch's order
+  keeps every epoch uniform (a Fisher-Yates prefix is uniform from any starting order,
+  which also makes the dropped remainder's epochs uniform).
   """
   count = jnp.asarray(count, jnp.int32)
   step_key = jax.random.fold_in(key, step)
   if sampling == "replacement":
     pos = jax.random.randint(step_key, (batch_size,), 0, jnp.maximum(count, 1))
     return pos, jnp.broadcast_to(count > 0, (batch_size,)).astype(jnp.float32), perm
-  if sampling != "shuffle":
+  if sampling == "shuffle":
+    steps_per_epoch = jnp.maximum((count + batch_size - 1) // batch_size, 1)
+  elif sampling == "shuffle_drop_last":
+    steps_per_epoch = jnp.maximum(count // batch_size, 1)
+  else:
     raise ValueError(f"unknown sampling {sampling!r}; valid: {', '.join(SAMPLINGS)}")
-  steps_per_epoch = jnp.maximum((count + batch_size - 1) // batch_size, 1)
   slots = (step % steps_per_epoch) * batch_size + jnp.arange(batch_size)
   valid = slots < count
   u = jax.random.uniform(step_key, (batch_size,))
@@ -66,9 +78,11 @@ def positions_bytes(num_clients: int, spec: LocalSpec) -> int:
 
 
 def step_positions(key, count, *, spec: LocalSpec, max_count: int):
-  """([max_steps, B] positions, [max_steps, B] weights) of every local step: the draws
-  `batch_positions` makes step by step, made before training (vectorized over steps
-  with replacement), so the training scan carries no sampling state."""
+  """([max_steps, B] positions, [max_steps, B] weights) of every local step of the client
+  whose key is ``key``: the draws `batch_positions` makes step by step, made before
+  training (vectorized over steps with replacement), so the training scan carries no
+  sampling state."""
+  key = keys.for_purpose(key, "local_sampling")
   steps = jnp.arange(spec.max_steps)
   if spec.sampling == "replacement":
     pos, w, _ = jax.vmap(lambda s: batch_positions(

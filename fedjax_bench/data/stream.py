@@ -1,7 +1,8 @@
 """Populations too large to store: every client's LEAF Synthetic(α, β) data is generated on
 demand from its key, inside the compiled round, and never kept.
 
-Client k's model is drawn from its own key as in FedProx's generator: u_k ~ N(0, α²),
+Client k's model is drawn from its own key (in the "data" key domain of the seed,
+`keys.root(seed, "data")`, apart from the run's keys) as in FedProx's generator: u_k ~ N(0, α²),
 B_k ~ N(0, β²), v_k ~ N(B_k, 1)^d, W_k, b_k ~ N(u_k, 1); its example j is
 x = v_k + diag(i^-0.6) z (i the feature index) with z ~ N(0, I) from the key of (k, j),
 y = argmax(x W_k + b_k). So example j of client k is the same every time it
@@ -19,6 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fedjax_bench.core import keys
 from fedjax_bench.errors import UsageError
 
 
@@ -49,10 +51,11 @@ def leaf_stream(num_clients: int, alpha: float = 1.0, beta: float = 1.0, seed: i
   rng = np.random.default_rng(seed)
   counts = np.minimum(rng.lognormal(4, 2, num_clients).astype(np.int64) + 50,
                       max_examples).astype(np.int32)
-  data_key = jax.random.PRNGKey(seed)
+  data_key = keys.root(seed, "data")  # never one of the run's keys of the same seed
   std = jnp.arange(1, dim + 1, dtype=jnp.float32) ** -0.6
 
-  model_keys, example_keys = jax.random.fold_in(data_key, 0), jax.random.fold_in(data_key, 1)
+  model_keys = keys.for_purpose(data_key, "client_models")
+  example_keys = keys.for_purpose(data_key, "examples")
 
   def example_fn(client):
     key = jax.random.fold_in(example_keys, client)

@@ -91,9 +91,12 @@ def renewal(rates, delay: str = "exponential", *, shape: float | None = None,
                if with_agg else rates)
 
   def draw(key, i):
-    law = unit_delay(key, delay, shape)
-    if with_agg:
-      law = jnp.where(i == n, jax.random.exponential(key, dtype=jnp.float32), law)
+    if with_agg:  # outcome n, the aggregation clock, is exponential whatever the law
+      key, agg_key = jax.random.split(key)
+      law = jnp.where(i == n, jax.random.exponential(agg_key, dtype=jnp.float32),
+                      unit_delay(key, delay, shape))
+    else:
+      law = unit_delay(key, delay, shape)
     return law / all_rates[i]
 
   def init(key):

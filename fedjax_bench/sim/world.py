@@ -39,11 +39,13 @@ class World(NamedTuple):
 
 
 def client_steps(counts: np.ndarray, *, local_steps: int, local_epochs: float,
-                 batch_size: int) -> np.ndarray:
-  """K steps for everyone, or E epochs of ceil(count/B) batches each (data-size driven)."""
+                 batch_size: int, drop_last: bool = False) -> np.ndarray:
+  """K steps for everyone, or E epochs of ceil(count/B) batches each (data-size driven;
+  floor(count/B), at least 1, when ``drop_last`` leaves out each epoch's partial batch)."""
   counts = np.asarray(counts)
   if local_epochs > 0:
-    per_epoch = np.maximum(np.ceil(counts / batch_size), 1)
+    batches = np.floor(counts / batch_size) if drop_last else np.ceil(counts / batch_size)
+    per_epoch = np.maximum(batches, 1)
     return np.ceil(local_epochs * per_epoch).astype(np.int32)
   if local_steps <= 0:
     raise UsageError(f"--local_steps={local_steps} must be positive (or set --local_epochs)")
