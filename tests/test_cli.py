@@ -11,6 +11,7 @@ import pytest
 
 from conftest import REPO, shared_tfds_dir
 from fedjax_bench.algorithms import ALGORITHMS  # the enums follow the registries (issue 6)
+from fedjax_bench.core.server_opt import SERVER_OPTS
 from fedjax_bench.data import DATASETS, PARTITIONS
 from fedjax_bench.models import MODELS
 
@@ -28,7 +29,7 @@ def _run(args, tmp_path, env=None, timeout=600):
     (["--dataset=imagenet"], "value should be one of <" + "|".join(DATASETS) + ">"),
     (["--model=resnet9000"], "value should be one of <" + "|".join(MODELS) + ">"),
     (["--partition=random"], "value should be one of <" + "|".join(PARTITIONS) + ">"),
-    (["--server_opt=lion"], "sgd|momentum|adam|yogi|amsgrad"),
+    (["--server_opt=lion"], "|".join(SERVER_OPTS)),
     (["--no_such_flag=1"], "Unknown command line flag 'no_such_flag'"),
     (["--clients_per_round=11", "--num_clients=10"], "must not exceed --num_clients"),
     (["--rounds=0"], "--rounds must be positive"),
