@@ -100,12 +100,18 @@ flags.DEFINE_integer("client_lr_decay_rounds", 10, "R of --client_lr_schedule=in
                      module_name=_MODULE)
 flags.DEFINE_float("server_lr", 1.0, "Server learning rate.", module_name=_MODULE)
 flags.DEFINE_enum("server_opt", "sgd", list(server_opt.SERVER_OPTS), "Server optimizer on the "
-                  "pseudo-gradient: momentum = FedAvgM, adam/yogi = FedOpt.", module_name=_MODULE)
+                  "pseudo-gradient: momentum = FedAvgM; adam/yogi/adagrad = FedAdam/FedYogi/"
+                  "FedAdagrad as Reddi et al. 2021 Algorithm 2 writes them (no bias correction, "
+                  "tau = --server_eps outside the square root, v starts at tau^2); optax_adam/"
+                  "optax_yogi = optax's bias-corrected Adam/Yogi; amsgrad = the Fed-EF paper's.",
+                  module_name=_MODULE)
 flags.DEFINE_float("server_momentum", 0.9, "Momentum for --server_opt=momentum.",
                    module_name=_MODULE)
-flags.DEFINE_float("server_beta1", 0.9, "beta1 for adam/yogi/amsgrad.", module_name=_MODULE)
-flags.DEFINE_float("server_beta2", 0.99, "beta2 for adam/yogi/amsgrad.", module_name=_MODULE)
-flags.DEFINE_float("server_eps", 1e-3, "epsilon (tau) for adam/yogi/amsgrad.",
+flags.DEFINE_float("server_beta1", 0.9, "beta1 for the adaptive server optimizers.",
+                   module_name=_MODULE)
+flags.DEFINE_float("server_beta2", 0.99, "beta2 for adam/yogi/amsgrad/optax_*.",
+                   module_name=_MODULE)
+flags.DEFINE_float("server_eps", 1e-3, "epsilon (tau) for the adaptive server optimizers.",
                    module_name=_MODULE)
 flags.DEFINE_enum("weighting", "uniform", list(fedavg.WEIGHTINGS), "Aggregation weights.",
                   module_name=_MODULE)

@@ -25,10 +25,9 @@ GRID = {"area": [30.0, 100.0, 300.0, 1000.0, 3000.0],
         "asfedavg": [10.0, 30.0, 100.0, 300.0],
         "sfedavg": [10.0, 30.0, 100.0, 300.0]}
 _CACHE = {}
-# Claims that did not reproduce on this MNIST subset (measured values in
-# results/area/REPORT.md); kept as non-strict xfails so that the record stays visible.
-XFAIL_MEASURED = pytest.mark.xfail(strict=False, reason="does not reproduce on the 2,000-example "
-                                   "MNIST subset; see results/area/REPORT.md")
+# Not reproduced on this subset, so not asserted (measured values in results/area/REPORT.md):
+# E2 (a) AREA's gap >= 3x below every other method's, E2 (c)'s AREA half (g(T)/g(T/2) <= 0.2),
+# E3's MIFA >= 2x better than AREA at n = 8.
 
 
 def subset(n: int) -> Dataset:
@@ -73,8 +72,10 @@ def run_method(n: int, algo: str) -> dict:
   g = max((i for i in range(len(alphas)) if score[i] <= score.min() + 0.01),
           key=lambda i: alphas[i])
   at = lambda s: float(10 ** np.interp(s, t[:, g], lg[:, g]))
+  # A choice at the grid's edge only bounds alpha* on one side: "low" means it may be lower.
+  edge = "low" if g == 0 else "high" if g == len(alphas) - 1 else None
   out = {"alpha": alphas[g], "final": at(T), "half": at(T / 2), "score": float(score[g]),
-         "edge": g in (0, len(alphas) - 1)}
+         "edge": edge}
   _CACHE[n, algo] = out
   return out
 
@@ -84,26 +85,22 @@ def n64():
 
 
 def summary(r):
-  return {a: (v["alpha"], f"{v['final']:.2e}", f"{v['final'] / v['half']:.2f}") for a, v in r.items()}
-
-
-@XFAIL_MEASURED
-def test_e2a_area_smallest_gap_3x_below_the_best_other():
-  r = n64()
-  best_other = min(v["final"] for a, v in r.items() if a != "area")
-  assert r["area"]["final"] * 3 <= best_other, summary(r)
+  return {a: (v["alpha"], v["edge"], f"{v['final']:.2e}", f"{v['final'] / v['half']:.2f}")
+          for a, v in r.items()}
 
 
 def test_e2b_area_tolerates_30x_larger_stepsizes_than_fedbuff_and_mifa():
   r = n64()
   assert r["area"]["alpha"] >= 30 * r["fedbuff"]["alpha"], summary(r)
   assert r["area"]["alpha"] >= 30 * r["mifa_async"]["alpha"], summary(r)
+  # Edges that could flip the comparison: AREA's alpha* possibly lower, the others' higher.
+  assert r["area"]["edge"] != "low", summary(r)
+  assert r["fedbuff"]["edge"] != "high" and r["mifa_async"]["edge"] != "high", summary(r)
 
 
-@XFAIL_MEASURED
-def test_e2c_area_keeps_decreasing_while_fedbuff_and_asfedavg_plateau():
+def test_e2c_fedbuff_and_asfedavg_plateau():
+  """The half of E2 (c) that reproduces: g(T)/g(T/2) >= 0.3 for FedBuff and AS-FedAvg."""
   r = n64()
-  assert r["area"]["final"] / r["area"]["half"] <= 0.2, summary(r)
   for a in ("fedbuff", "asfedavg"):
     assert r[a]["final"] / r[a]["half"] >= 0.3, summary(r)
 
@@ -111,14 +108,10 @@ def test_e2c_area_keeps_decreasing_while_fedbuff_and_asfedavg_plateau():
 def test_e2d_sfedavg_is_the_slowest():
   r = n64()
   assert max(r, key=lambda a: r[a]["score"]) == "sfedavg", summary(r)
+  assert r["sfedavg"]["edge"] is None, summary(r)  # else a step outside the grid may be faster
 
 
-@XFAIL_MEASURED
-def test_e3_area_not_best_at_n8():
-  small = {a: run_method(8, a) for a in ("area", "mifa_async", "fedbuff")}
-  assert small["mifa_async"]["final"] * 2 <= small["area"]["final"], summary(small)
-
-
-def test_e3_area_stepsize_grows_with_n():
+def test_e3_area_stepsize_grows_at_least_in_proportion_to_n():
   small, big = run_method(8, "area"), run_method(64, "area")
-  assert big["alpha"] >= 4 * small["alpha"], (big["alpha"], small["alpha"])
+  assert big["alpha"] >= (64 / 8) * small["alpha"], (big, small)
+  assert small["edge"] != "high" and big["edge"] != "low", (big, small)

@@ -11,6 +11,7 @@ import pytest
 
 from conftest import REPO, shared_tfds_dir
 from fedjax_bench.algorithms import ALGORITHMS  # the enums follow the registries (issue 6)
+from fedjax_bench.core.server_opt import SERVER_OPTS
 from fedjax_bench.data import DATASETS, PARTITIONS
 from fedjax_bench.models import MODELS
 
@@ -28,7 +29,7 @@ def _run(args, tmp_path, env=None, timeout=600):
     (["--dataset=imagenet"], "value should be one of <" + "|".join(DATASETS) + ">"),
     (["--model=resnet9000"], "value should be one of <" + "|".join(MODELS) + ">"),
     (["--partition=random"], "value should be one of <" + "|".join(PARTITIONS) + ">"),
-    (["--server_opt=lion"], "sgd|momentum|adam|yogi|amsgrad"),
+    (["--server_opt=lion"], "|".join(SERVER_OPTS)),
     (["--no_such_flag=1"], "Unknown command line flag 'no_such_flag'"),
     (["--clients_per_round=11", "--num_clients=10"], "must not exceed --num_clients"),
     (["--rounds=0"], "--rounds must be positive"),
@@ -65,6 +66,28 @@ def test_unwritable_output_dir_and_missing_data(tmp_path):
            env={"TFDS_DATA_DIR": str(tmp_path / "empty"), "FEDJAX_BENCH_OFFLINE": "1"})
   assert time.perf_counter() - t < 15
   assert r.returncode == 2 and "TFDS_DATA_DIR" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_data_dir_that_does_not_exist_is_an_error_even_with_a_cache(tmp_path):
+  """The cache holds MNIST (all-zero arrays of the right shapes), so nothing needs the data
+  dir; a --data_dir the user typed that does not exist must still be refused."""
+  import numpy as np
+  from fedjax_bench.data import tfds_data
+  spec = tfds_data.SPECS["mnist"]
+  paths = tfds_data._cache_paths(tmp_path / "cache", "mnist", spec)
+  for split, n in (("train", spec.num_train), ("test", spec.num_test)):
+    paths[f"{split}_x"].parent.mkdir(parents=True, exist_ok=True)
+    np.save(paths[f"{split}_x"], np.zeros((n,) + spec.image_shape, np.uint8))
+    np.save(paths[f"{split}_y"], np.arange(n) % 10)
+  cached = tfds_data.load_arrays("mnist", cache_dir=str(tmp_path / "cache"))  # the cache is good
+  assert cached["train_x"].shape[0] == spec.num_train
+  missing = tmp_path / "no" / "such" / "dir"
+  r = _run(["--dataset=mnist", f"--data_dir={missing}", "--rounds=1",
+            f"--output_dir={tmp_path / 'o'}"], tmp_path, env={"FEDJAX_BENCH_OFFLINE": "1"})
+  assert r.returncode == 2, (r.returncode, r.stderr[-2000:])
+  lines = [l for l in r.stderr.splitlines() if l.strip()]
+  assert lines == [f"error: --data_dir={missing} is not a directory; give an existing TFDS "
+                   "data dir, or leave it out to use $TFDS_DATA_DIR, then TFDS's default"]
 
 
 def test_default_job_writes_the_results_contract(tmp_path):
@@ -112,8 +135,8 @@ def test_toyfl_flagfile_runs_and_paper_flagfile_fails_fast_without_svhn(tmp_path
             "--rounds=4", "--eval_every=2", f"--output_dir={tmp_path / 'toy'}"], tmp_path)
   assert r.returncode == 0, r.stderr[-2000:]
   r = _run([f"--flagfile={cfg / 'paper_svhn_sine.flags'}",
-            f"--flagfile={cfg / 'algo_fedawe.flags'}", "--data_dir=/nonexistent",
-            f"--output_dir={tmp_path / 'svhn'}"], tmp_path)
+            f"--flagfile={cfg / 'algo_fedawe.flags'}", f"--data_dir={tmp_path}",
+            f"--output_dir={tmp_path / 'svhn'}"], tmp_path, env={"FEDJAX_BENCH_OFFLINE": "1"})
   assert r.returncode == 2 and "svhn" in r.stderr.lower(), r.stderr[-2000:]
 
 

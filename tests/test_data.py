@@ -340,6 +340,7 @@ def test_image_specs_follow_the_paper():
 @pytest.mark.parametrize("name,ident", [("svhn", "svhn_cropped"), ("cifar10", "cifar10")])
 def test_missing_tfds_image_data_fails_fast(name, ident, tmp_path, monkeypatch):
   monkeypatch.setattr(tfds_data, "_network_ok", lambda: False)
+  (tmp_path / "tfds").mkdir()  # exists, but holds nothing
   t = time.perf_counter()
   with pytest.raises(DataMissingError) as e:
     data.load(name, num_clients=10, data_dir=str(tmp_path / "tfds"),
@@ -416,6 +417,7 @@ def test_cinic10_env_var_and_wrong_counts(tmp_path, monkeypatch):
 def test_missing_cinic10_fails_fast_with_where_to_get_it(tmp_path, monkeypatch):
   monkeypatch.delenv("CINIC10_DIR", raising=False)
   monkeypatch.delenv("TFDS_DATA_DIR", raising=False)
+  (tmp_path / "d").mkdir()
   t = time.perf_counter()
   with pytest.raises(DataMissingError) as e:
     data.load("cinic10", num_clients=10, data_dir=str(tmp_path / "d"),

@@ -1,5 +1,7 @@
 """The §6 CPU-1 and CPU-2 assertions of spec 004_fedalign, through the reproduction script
-(slow: about a minute each on 2 cores)."""
+(slow: about a minute each on 2 cores), with the spec's margins. CPU-2 (1)'s "FedALIGN below
+Prio in priority train loss by >= 0.05" is not reproduced (0.041; results/fedalign/REPORT.md)
+and is not asserted; its "Prio below All by >= 0.05" is."""
 
 import json
 import os
@@ -50,11 +52,3 @@ def test_cpu2_synth_pfl(cpu2):
   assert align["admitted_aligned_per_round"] >= 0.8 * align["admitted_per_round"]
   assert 6 - 1 <= align["admitted_per_round"] <= 6 + 2
 
-
-@pytest.mark.slow
-def test_cpu2_fedalign_has_the_lowest_priority_train_loss(cpu2):
-  """The spec asks for a margin of 0.05; we measure 0.041 (0.243 against 0.284, the
-  reference's 0.49 against 0.65: our priority-only run fits its data better), so the
-  margin asserted here is ours, 0.02 (results/fedalign/REPORT.md)."""
-  prio, align = cpu2["fedavg_priority"], cpu2["fedalign"]
-  assert prio["final_train_loss"] - align["final_train_loss"] >= 0.02

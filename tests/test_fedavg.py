@@ -3,6 +3,7 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 from flax import linen as nn
 
@@ -90,7 +91,8 @@ def test_vectorized_rounds_equal_a_per_client_loop(sampling, weighting, model, w
   assert sorted(np.unique(np.asarray(world.client_steps)).tolist()) == [2, 3]
 
 
-@pytest.mark.parametrize("opt", ["momentum", "adam", "yogi", "amsgrad"])
+@pytest.mark.parametrize("opt", ["momentum", "adam", "yogi", "adagrad", "amsgrad",
+                                 "optax_adam", "optax_yogi"])
 def test_server_optimizers_train(opt):
   task, world = toy_setup(num_clients=6, cohort=6)
   hp = dict(client_lr=0.1, server_lr=0.1 if opt != "momentum" else 1.0, batch_size=4,
@@ -145,3 +147,66 @@ def test_amsgrad_is_the_papers_form_without_bias_correction():
     vh = np.maximum(vh, v)
     upd, state = opt.update({"w": jnp.asarray(g, jnp.float32)}, state)
     np.testing.assert_allclose(upd["w"], -0.5 * m / np.sqrt(vh + 1e-8), rtol=1e-5)
+
+
+
+def _fedopt_step(rule, x, m, v, d, lr, b1, b2, tau):
+  """One round of Reddi et al. (2021) Algorithm 2 in float64, written from the paper."""
+  m = b1 * m + (1 - b1) * d
+  if rule == "adagrad":
+    v = v + d * d
+  elif rule == "yogi":
+    v = v - (1 - b2) * d * d * np.sign(v - d * d)
+  else:
+    v = b2 * v + (1 - b2) * d * d
+  return x + lr * m / (np.sqrt(v) + tau), m, v
+
+
+@pytest.mark.parametrize("rule", ["adam", "yogi", "adagrad"])
+def test_fedopt_is_reddi_et_al_algorithm_2(rule):
+  """The paper's recursion over six rounds: m_{-1} = 0, v_{-1} = tau^2, no bias correction,
+  tau outside the square root. The deltas shrink and grow again, so Yogi's sign takes both
+  values."""
+  from fedjax_bench.core import server_opt
+  lr, b1, b2, tau = 0.3, 0.9, 0.99, 0.05
+  opt = server_opt.make(rule, lr, b1=b1, b2=b2, eps=tau)
+  deltas = [[0.3, -1.0, 0.0], [-0.1, 0.2, 0.01], [2.0, 0.0, -0.02], [0.01, -0.5, 0.3],
+            [0.001, 0.002, -0.001], [1.5, 1.0, -2.0]]
+  x0 = [1.0, -2.0, 0.5]
+  params = {"w": jnp.array(x0)}
+  state = opt.init(params)
+  x, m, v = np.array(x0), np.zeros(3), np.full(3, tau ** 2)
+  signs = set()
+  for d in deltas:
+    d = np.array(d)
+    signs.add(float(np.sign(v - d * d)[0]))
+    x, m, v = _fedopt_step(rule, x, m, v, d, lr, b1, b2, tau)
+    upd, state = opt.update({"w": -jnp.asarray(d, jnp.float32)}, state)  # g = -Delta
+    params = optax.apply_updates(params, upd)
+    np.testing.assert_allclose(params["w"], x, rtol=1e-5, atol=1e-6)
+  assert signs == {-1.0, 1.0}
+
+
+def test_fedopt_server_in_fedavg_matches_the_recursion(rule="yogi"):
+  """Through FedAvg's round: the server sees the averaged client delta Delta_t (observed
+  with an SGD server, lr 1, from the same x) and takes the paper's step. The rules share
+  this wiring, so one (the one with a sign) stands for the three."""
+  task, world = toy_setup(num_clients=4, cohort=4)
+  base = dict(client_lr=0.1, batch_size=4)
+  lr, b1, b2, tau = 0.05, 0.9, 0.99, 1e-3
+  sgd = fedavg.build(task, world, {**base, "server_lr": 1.0})
+  ada = fedavg.build(task, world, {**base, "server_lr": lr, "server_opt": rule,
+                                   "server_opt_kwargs": {"b1": b1, "b2": b2, "eps": tau}})
+  s_sgd, c = sgd.init(jax.random.PRNGKey(0))
+  s_ada, _ = ada.init(jax.random.PRNGKey(0))
+  flat = lambda tree: np.concatenate([np.ravel(a) for a in jax.tree.leaves(tree)])
+  m = np.zeros(flat(s_ada.params).shape)
+  v = np.full(m.shape, tau ** 2)
+  sgd_round, ada_round = jax.jit(sgd.round), jax.jit(ada.round)
+  for t in range(4):
+    key = jax.random.PRNGKey(t)
+    x = flat(s_ada.params).astype(np.float64)
+    after, _, _ = sgd_round(s_sgd._replace(params=s_ada.params), c, key)
+    want, m, v = _fedopt_step(rule, x, m, v, flat(after.params) - x, lr, b1, b2, tau)
+    s_ada, _, _ = ada_round(s_ada, c, key)
+    np.testing.assert_allclose(flat(s_ada.params), want, rtol=1e-5, atol=1e-6)

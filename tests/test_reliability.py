@@ -159,6 +159,8 @@ def test_every_run_diverging_ends_the_loop_early(tmp_path):
     (["--algo=fedavg", "--compressor=topk", "--compress_k=0.1"],
      "--compress_k, --compressor have no effect on --algo=fedavg"),
     (["--algo=fedams", "--server_momentum=0.5"], "--server_momentum has no effect"),
+    (["--server_opt=adagrad", "--server_beta2=0.9"],
+     "--server_beta2 has no effect on --algo=fedavg"),
     (["--checkpoint_every=-1"], "--checkpoint_every must be >= 0"),
 ])
 def test_more_bad_input_is_one_line_and_exit_2(args, message, tmp_path):
@@ -173,6 +175,7 @@ def test_more_bad_input_is_one_line_and_exit_2(args, message, tmp_path):
 
 @pytest.mark.parametrize("args", [
     ["--algo=fedavg", "--server_opt=adam", "--server_beta1=0.5"],
+    ["--algo=fedavg", "--server_opt=adagrad", "--server_beta1=0.5", "--server_eps=0.01"],
     ["--algo=fedsgd", "--compressor=topk", "--compress_k=0.1", "--server_lr=0.5"],
     ["--algo=fedams", "--server_beta2=0.999"],
 ])

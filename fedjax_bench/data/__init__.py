@@ -16,6 +16,8 @@
   ``loss_type=LOSS_TYPES["quadratic"]`` ("squared_error") and the ``linear`` model.
 """
 
+import os
+
 import numpy as np
 
 from fedjax_bench.data.federated import Dataset, FederatedData
@@ -58,7 +60,11 @@ def load(name: str, *, num_clients: int, partition: str | None = None,
   ``num_priority``, ``pfl``: the prioritized-FL generators (``pfl_synthetic``):
   ``gaussmix_shards`` (shards of ``shard_size``, default 10) and ``synth_pfl`` (``pfl``
   holds synth_pfl's keyword arguments: noise, num_aligned, label_skew, ...).
+  ``data_dir``, when given, must exist, even when the cache holds the dataset.
   """
+  if data_dir and not os.path.isdir(data_dir):
+    raise UsageError(f"--data_dir={data_dir} is not a directory; give an existing TFDS data "
+                     "dir, or leave it out to use $TFDS_DATA_DIR, then TFDS's default")
   if partition is None:
     partition = DEFAULT_PARTITION.get(name, "iid")
   if name == "toyfl":
