@@ -20,7 +20,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from fedjax_bench import checkpoint as checkpoint_lib
 from fedjax_bench.core import cohort, keys
 from fedjax_bench.core.task import Task
-from fedjax_bench.core.types import FederatedAlgorithm, params_to_evaluate
+from fedjax_bench.core.types import (FederatedAlgorithm, count_name, is_count,
+                                     params_to_evaluate)
 from fedjax_bench.errors import UsageError
 from fedjax_bench.results import History
 
@@ -68,10 +69,25 @@ def _grid_arrays(grid: list[dict], num_seeds: int) -> dict:
           for k in names}
 
 
-def _reduce_block(name: str, values: jax.Array) -> jax.Array:
-  """A block reports the mean of a per-round metric, but the last value of a cumulative
-  one (named ``cum_*``, e.g. bits sent so far)."""
-  return values[-1] if name.startswith("cum_") else jnp.mean(values)
+def _reduce_block(metrics: dict) -> dict:
+  """A block's value of each per-round metric ([rounds] arrays): the last value of a
+  cumulative one (``cum_*``, e.g. bits sent so far); for a metric with a count
+  (`types.count_name`) the mean over the block's items, sum(m * count) / sum(count), NaN
+  when there are none, and the count summed; else the mean over the rounds."""
+  out = {}
+  for name, values in metrics.items():
+    count = metrics.get(count_name(name))
+    if name.startswith("cum_"):
+      out[name] = values[-1]
+    elif is_count(name):
+      out[name] = jnp.sum(values)
+    elif count is not None:
+      total = jnp.sum(count)
+      weighted = jnp.sum(jnp.where(count > 0, values * count, 0.0))
+      out[name] = jnp.where(total > 0, weighted / jnp.where(total > 0, total, 1.0), jnp.nan)
+    else:
+      out[name] = jnp.mean(values)
+  return out
 
 
 def over_runs(fn: Callable, sharding: NamedSharding) -> Callable:
@@ -153,7 +169,7 @@ def run(build: Builder, task: Task, hparams: dict, *, seeds: list[int], rounds: 
       return (server, clients, t + 1, diverged), metrics
 
     state, metrics = jax.lax.scan(step, state, None, length=length)
-    return state, {k: _reduce_block(k, v) for k, v in metrics.items()}
+    return state, _reduce_block(metrics)
 
   def eval_one(hp_run, state):
     server, clients = state[:2]

@@ -36,6 +36,8 @@ METRICS_FILE = 'metrics.csv'
 SUMMARY_FILE = 'summary.json'
 CURVES_FILE = 'curves.png'
 LEADING_METRICS = ('test_accuracy', 'test_loss', 'train_loss')
+# Names a metric's count (core/types.py's, repeated here: this module imports no JAX).
+COUNT_SUFFIX = '.count'
 
 
 # ---------------------------------------------------------------------------
@@ -197,14 +199,20 @@ def summarize(history: History, final_window: int | None) -> dict[str, Any]:
   """The `final` object of summary.json.
 
   Per seed, final is the mean of the evaluations in the window (a non-finite evaluation makes
-  the seed non-finite: a diverged run stays diverged). Across seeds, mean and std (ddof=0)
-  skip non-finite seeds; per_seed keeps them as None.
+  the seed non-finite: a diverged run stays diverged). A metric that comes with a count
+  (`core.types.count_name`: its blocks are means over that many items) is the mean over
+  the window's items, sum(m * count) / sum(count), skipping blocks with none, and NaN when
+  the window has none. Across seeds, mean and std (ddof=0) skip non-finite seeds; per_seed
+  keeps them as None.
   """
   idx = final_indices(history.rounds, final_window)
   final: dict[str, Any] = {}
   for name in history.metric_names():
     values = history.metrics[name][idx]  # [W, G, S]
-    if idx.size:
+    counts = history.metrics.get(name + COUNT_SUFFIX)
+    if idx.size and counts is not None:
+      per_point = _count_weighted(values, counts[idx])
+    elif idx.size:
       per_point = values.mean(axis=0)  # [G, S]
     else:
       per_point = np.full(values.shape[1:], np.nan)
@@ -214,6 +222,15 @@ def summarize(history: History, final_window: int | None) -> dict[str, Any]:
     else:
       final[name] = stats[0]
   return final
+
+
+def _count_weighted(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
+  """sum(values * counts) / sum(counts) over axis 0; a block with count 0 adds nothing
+  (its value is NaN), a NaN count (a diverged run) makes the result NaN."""
+  with np.errstate(invalid='ignore'):
+    total = counts.sum(axis=0)
+    weighted = np.where(counts == 0, 0.0, values * counts).sum(axis=0)
+    return np.where(total > 0, weighted / np.where(total > 0, total, 1.0), np.nan)
 
 
 def _seed_stats(per_seed: np.ndarray) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from fedjax_bench import algorithms, engine
 from fedjax_bench.core import asynchronous, keys
 from fedjax_bench.errors import UsageError
 from fedjax_bench.sim import asynchrony, participation, world as world_lib
-from test_async_reference import Problem, make_world, regression_task
+from test_async_reference import Problem, init_key, make_world, regression_task, round_key
 
 RATES = np.array([1.0, 2.0, 3.0, 14.0])
 
@@ -164,3 +164,114 @@ def test_the_aggregation_rule_must_match_the_world_clock():
   with pytest.raises(UsageError, match="aggregation"):
     algorithms.get("area").build(task, world, {"client_lr": 1.0, "batch_size": 2})
   assert asynchronous.make_clock(world, {"aggregation": "poisson"}) is world.clock
+
+
+# --- Rounds and messages completed by the horizon: the renewal count --------------------
+
+
+def _completed_by_horizon(name, n, hp, seeds, steps, clock=None):
+  """Per seed, after ``steps`` engine rounds (keys as the engine derives them): the
+  aggregations (S-FedAvg rounds) or messages applied, and the simulated time reached."""
+  prob = Problem(sizes=(2,) * n)
+  alg = algorithms.get(name).build(regression_task(prob.xs, prob.ys),
+                                   make_world(n, 1, clock),
+                                   {"client_lr": 0.1, "batch_size": 2, **hp})
+
+  def one(seed):
+    def step(state, t):
+      server, clients, _ = alg.round(*state, round_key(seed, t))
+      return (server, clients), None
+    (server, _), _ = jax.lax.scan(step, alg.init(init_key(seed)), jnp.arange(steps))
+    if name == "sfedavg":
+      return server.version, getattr(server, "clock", server.time)
+    # The time of the clock's next event (renewal) or of its last drawn one (superposition).
+    return server.messages, jnp.min(getattr(server.clock, "next_t", server.clock))
+
+  done, now = jax.jit(jax.vmap(one))(jnp.arange(seeds))
+  return np.asarray(done, np.float64), np.asarray(now, np.float64)
+
+
+def _renewal_count_numpy(rates, delta, law, shape, horizon, trials, rounds, seed=0):
+  """Monte Carlo of S-FedAvg's clock in NumPy: rounds of Delta clients drawn without
+  replacement, each lasting the max of their fresh delays (mean 1/lambda_i); the number
+  of rounds that end by the horizon."""
+  rng = np.random.default_rng(seed)
+  n = len(rates)
+  ids = np.argsort(rng.random((trials, rounds, n)), axis=2)[:, :, :delta]
+  if law == "exponential":
+    unit = rng.exponential(1.0, ids.shape)
+  else:  # lognormal with mean 1
+    unit = np.exp(shape * rng.normal(size=ids.shape) - shape**2 / 2)
+  ends = np.cumsum((unit / rates[ids]).max(axis=2), axis=1)
+  assert (ends[:, -1] > horizon).all()  # enough rounds drawn
+  return (ends <= horizon).sum(axis=1).astype(np.float64)
+
+
+@pytest.mark.parametrize("n,delta,hp,horizon", [
+    (4, 4, {"async_rate": 10.0}, 1.0),
+    (4, 2, {"async_rate": 10.0}, 0.5),
+    (10, 3, {"async_rates": "normal", "async_rate": 5.0, "async_rate_std": 3.0,
+             "partition_seed": 1, "async_delay": "lognormal"}, 2.0),
+])
+def test_sfedavg_rounds_by_the_horizon_are_the_renewal_count(n, delta, hp, horizon):
+  """A round that would end after T is not applied and the clock stays past T: the rounds
+  applied are N(T) of the renewal process of round durations, not the rounds that fit
+  when short ones are retried."""
+  hp = {"async_delta": delta, "sim_time": horizon, **hp}
+  ours, now = _completed_by_horizon("sfedavg", n, hp, seeds=2000, steps=30)
+  rates = asynchronous.client_rates(hp, n)
+  ref = _renewal_count_numpy(rates, delta, hp.get("async_delay", "exponential"), 1.0,
+                             horizon, trials=20000, rounds=60)
+  se = np.sqrt(ours.var() / ours.size + ref.var() / ref.size)
+  assert abs(ours.mean() - ref.mean()) < 3 * se, (ours.mean(), ref.mean(), se)
+  assert (now > horizon).all()  # every seed's clock passed T within the steps
+
+
+@pytest.mark.parametrize("make", [lambda: asynchrony.renewal(np.array([1.0, 2.0, 3.0, 4.0])),
+                                  lambda: asynchrony.superposition(np.array([1.0, 2.0, 3.0,
+                                                                             4.0]))],
+                         ids=["renewal", "superposition"])
+def test_async_messages_by_the_horizon_are_poisson(make):
+  """With exponential clocks the messages by T are Poisson(sum(lambda) T), whichever clock
+  form draws them: an event past T must not be redrawn from the last applied event."""
+  horizon, total = 2.0, 10.0
+  ours, now = _completed_by_horizon("fedbuff", 4, {"async_delta": 2, "sim_time": horizon},
+                                  seeds=2000, steps=60, clock=make())
+  se = np.sqrt(total * horizon / ours.size)
+  assert abs(ours.mean() - total * horizon) < 3 * se, (ours.mean(), se)
+  assert (now > horizon).all()
+
+
+def _unit_numpy(rng, law, shape, size):
+  """Mean-1 delays: log-normal exp(sigma N - sigma^2/2), Pareto by inverse CDF."""
+  if law == "lognormal":
+    return np.exp(shape * rng.normal(size=size) - shape**2 / 2)
+  return (shape - 1) / shape * rng.random(size) ** (-1 / shape)
+
+
+@pytest.mark.parametrize("algo,law,shape,horizon", [
+    ("area", "lognormal", 2.0, 1.0),
+    ("area", "pareto", 1.5, 20.0),
+    ("sfedavg", "pareto", 1.1, 1.0),
+])
+def test_default_rounds_cover_the_horizon_under_heavy_tailed_delays(algo, law, shape,
+                                                                    horizon):
+  """Without --rounds, the engine steps must reach T in all but a rare run: at least the
+  99.5% quantile of the events (S-FedAvg: rounds) by T, simulated here in NumPy."""
+  from fedjax_bench import experiment
+  n, rate, delta, trials = 4, 10.0, 4, 2000
+  k = int(3 * rate * horizon) + 50  # gaps drawn per client: checked to pass T below
+  cfg = dict(algo=algo, num_clients=n, sim_time=horizon, async_delay=law,
+             async_delay_shape=shape, async_rates="uniform", async_rate=rate,
+             async_rate_std=5.0, async_min_rate=0.5, partition_seed=0, async_delta=delta,
+             aggregation="count", async_agg_rate=0.0)
+  rng = np.random.default_rng(7)
+  if algo == "sfedavg":  # Delta = n: every round waits for all clients
+    gaps = _unit_numpy(rng, law, shape, (trials, k, n)).max(axis=2) / rate
+    ends = np.cumsum(gaps, axis=1)
+  else:
+    ends = np.cumsum(_unit_numpy(rng, law, shape, (trials, n, k)) / rate, axis=2)
+  assert (ends[..., -1] > horizon).all()
+  counts = (ends <= horizon).sum(axis=-1)
+  counts = counts.sum(axis=1) if algo != "sfedavg" else counts
+  assert experiment.rounds_for_horizon(cfg) >= np.quantile(counts, 0.995)

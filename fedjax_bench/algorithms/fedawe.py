@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 
 from fedjax_bench.core import aggregate, cohort as cohort_lib, rounds
-from fedjax_bench.core.types import FederatedAlgorithm
+from fedjax_bench.core.types import FederatedAlgorithm, with_count
 from fedjax_bench.errors import UsageError
 
 EVALS = ("mean_local", "server")
@@ -75,7 +75,8 @@ def build(task, world, hp: dict) -> FederatedAlgorithm:
                       jnp.where(active, 1, clients.since_last + 1))
     server = server._replace(params=params, round=server.round + 1, world=world_state)
     return server, clients, {**rounds.metrics(mask, c, losses),
-                             "mean_echo": jnp.sum(echo) / num_active}
+                             **with_count({"mean_echo": jnp.sum(echo) / num_active},
+                                          jnp.sum(c.valid))}
 
   def eval_params(server, clients: Clients):
     if evaluate == "server":

@@ -24,7 +24,7 @@ import optax
 
 from fedjax_bench.core import aggregate, compression, keys, memory, rounds
 from fedjax_bench.core import cohort as cohort_lib
-from fedjax_bench.core.types import FederatedAlgorithm
+from fedjax_bench.core.types import FederatedAlgorithm, with_count
 from fedjax_bench.errors import UsageError
 
 
@@ -133,8 +133,9 @@ def build(task, world, hp: dict, *, server_opt: str | None = None,
         "cum_downlink_bits": (sent_bits(t + 1, down_bits) if down
                               else sent_bits(messages, dense_bits) / n),
         "compression_ratio": jnp.float32(dense_bits / up_bits),
-        "q_a2": compression.discrepancy(agg, mean_in),
-        "q_c2": compression.discrepancy(compressed_mean, mean_in),
+        # Over the participants: undefined in a round without any.
+        **with_count({"q_a2": compression.discrepancy(agg, mean_in),
+                      "q_c2": compression.discrepancy(compressed_mean, mean_in)}, anyone),
     }
     return server, clients, metrics
 

@@ -24,7 +24,7 @@ import jax.numpy as jnp
 from fedjax_bench.core import loss_weights, rounds
 from fedjax_bench.core.rounds import ServerState
 from fedjax_bench.core.task import Task
-from fedjax_bench.core.types import FederatedAlgorithm
+from fedjax_bench.core.types import FederatedAlgorithm, with_count
 from fedjax_bench.errors import UsageError
 from fedjax_bench.sim.world import World
 
@@ -54,8 +54,10 @@ def build(task: Task, world: World, hp: dict, *, strategy: str) -> FederatedAlgo
     delta, train_losses = rounds.train(task, world, hp, server.params, c, key, server.round,
                                        sum_weights=jnp.where(c.valid, alpha[c.ids], 0.0))
     server = rounds.apply_update(sopt, server, delta, world_state, skip=~jnp.any(c.valid))
+    # alpha and rho are undefined (0/0) in a round nobody trained: count 0 there.
     return server, clients, {**rounds.metrics(mask, c, train_losses),
-                             **alpha_metrics(alpha, losses, p, record_alpha)}
+                             **with_count(alpha_metrics(alpha, losses, p, record_alpha),
+                                          jnp.any(c.valid))}
 
   return FederatedAlgorithm(init, round_fn)
 

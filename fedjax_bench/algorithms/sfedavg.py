@@ -8,7 +8,10 @@ synchronous round:
   t += max_{i in S} (fresh delay of i)      the round waits for its slowest client
 
 With Delta = n, one local step and exact gradients it is gradient descent on f with
-step alpha / n. A round that would end past the horizon (sim_time > 0) changes nothing.
+step alpha / n. The clock is a renewal process: it advances by every round's duration,
+and a round that would end past the horizon (sim_time > 0) is not applied; the clock is
+then past the horizon, so no later round is either, and the rounds applied are the
+renewal count N(sim_time) (spec §4.5: "freeze after t > T").
 """
 
 from typing import Any, NamedTuple
@@ -17,7 +20,7 @@ import jax
 import jax.numpy as jnp
 
 from fedjax_bench.core import aggregate, asynchronous, keys, local, rounds
-from fedjax_bench.core.types import FederatedAlgorithm
+from fedjax_bench.core.types import FederatedAlgorithm, with_count
 from fedjax_bench.errors import UsageError
 from fedjax_bench.sim import asynchrony
 
@@ -28,6 +31,7 @@ class Server(NamedTuple):
   params: Any
   round: jax.Array     # int32 engine rounds so far
   time: jax.Array      # float32 simulated time at the end of the last applied round
+  clock: jax.Array     # float32 simulated time now: past the horizon once a round crossed it
   version: jax.Array   # int32 rounds applied (aggregations)
   messages: jax.Array  # int32 client messages so far
 
@@ -52,7 +56,8 @@ def build(task, world, hp: dict) -> FederatedAlgorithm:
   def init(key):
     params = asynchronous.initial_params(task, hp, key)
     zero = jnp.zeros((), jnp.int32)
-    return Server(params, zero, jnp.zeros((), jnp.float32), zero, zero), ()
+    now = jnp.zeros((), jnp.float32)
+    return Server(params, zero, now, now, zero, zero), ()
 
   def round_fn(server: Server, clients, key):
     draw = jax.random.uniform(keys.for_purpose(key, "participation"), (n,))
@@ -65,18 +70,19 @@ def build(task, world, hp: dict) -> FederatedAlgorithm:
                else jnp.ones(delta, jnp.float32))
     step = aggregate.weighted_mean(deltas, weights)
     duration = asynchrony.round_duration(clock, keys.for_purpose(key, "events"), ids)
-    t = server.time + duration
+    t = server.clock + duration
     live = (horizon <= 0) | (t <= horizon)
-    new = Server(jax.tree.map(jnp.add, server.params, step), server.round, t,
+    new = Server(jax.tree.map(jnp.add, server.params, step), server.round, t, t,
                  server.version + 1, server.messages + delta)
-    server = asynchronous.select(live, new, server)._replace(round=server.round + 1)
+    server = asynchronous.select(live, new, server)._replace(round=server.round + 1, clock=t)
     client_loss = jnp.mean(asynchronous.unscaled(losses, loss_scale[ids]))
+    applied = live.astype(jnp.float32)
     return server, clients, {
         "cum_time": server.time,
         "cum_aggregations": server.version.astype(jnp.float32),
         "cum_messages": server.messages.astype(jnp.float32),
-        "round_duration": jnp.where(live, duration, 0.0),
-        "client_loss": jnp.where(live, client_loss, 0.0),
+        **with_count({"round_duration": applied * duration}, applied),
+        **with_count({"client_loss": applied * client_loss}, applied * delta),
     }
 
   return FederatedAlgorithm(init, round_fn)

@@ -13,9 +13,11 @@ Poisson aggregation, an aggregation event. A message from client j at time t_k:
 
 With ``lagged`` (AREA's iterate form, eqs. (2)-(4)) client j stores its pending result
 instead: the message is x_recv[j], and x_recv[j] = LocalSGD(sent model) afterwards.
-An event past the horizon (t_k > sim_time > 0) changes nothing. Only client j's rows
-are read and written (dynamic slices, updated in place: see `Pending`), so an event
-costs O(p), not O(n p).
+An event past the horizon (t_k > sim_time > 0) changes nothing but the clock, which
+moves on, so every later event is past it too (restarting from the last applied event
+would let a fresh draw land before the horizon again). Only client j's rows are read and
+written (dynamic slices, updated in place: see `Pending`), so an event costs O(p), not
+O(n p).
 """
 
 from typing import Any, Callable, NamedTuple
@@ -26,7 +28,7 @@ import numpy as np
 import optax
 
 from fedjax_bench.core import keys, local, rounds
-from fedjax_bench.core.types import FederatedAlgorithm
+from fedjax_bench.core.types import FederatedAlgorithm, with_count
 from fedjax_bench.errors import UsageError
 from fedjax_bench.sim import asynchrony
 
@@ -273,16 +275,17 @@ def build(task, world, hp: dict, method: Method, *, delta=None, lr_power=0.0,
     row = select(live & message, row, mine)
     new = Server(params, server.round, t, clock_state, count, version, messages, aux,
                  Pending(i, row))
-    server = select(live, new, server)._replace(round=server.round + 1)
+    server = select(live, new, server)._replace(round=server.round + 1, clock=clock_state)
 
+    # Per message: count 0 on aggregation events and past the horizon.
     applied = (live & message).astype(jnp.float32)
     metrics = {
         "cum_time": server.time,
         "cum_aggregations": server.version.astype(jnp.float32),
         "cum_messages": server.messages.astype(jnp.float32),
-        "staleness": applied * staleness.astype(jnp.float32),
-        "event_staleness": applied * event_staleness.astype(jnp.float32),
-        "client_loss": applied * loss,
+        **with_count({"staleness": applied * staleness.astype(jnp.float32),
+                      "event_staleness": applied * event_staleness.astype(jnp.float32),
+                      "client_loss": applied * loss}, applied),
         "alpha": alpha,
     }
     return server, clients, metrics

@@ -10,6 +10,7 @@ import optax
 
 from fedjax_bench.core import cohort as cohort_lib, keys, local, schedules, server_opt
 from fedjax_bench.core.cohort import Cohort
+from fedjax_bench.core.types import with_count
 from fedjax_bench.errors import UsageError
 
 
@@ -95,10 +96,13 @@ def participated(c: Cohort, num_clients: int) -> jax.Array:
 
 
 def metrics(mask, c: Cohort, losses) -> dict:
+  """The cohort's mean local loss (with its count: 0 in a round nobody trained), its size
+  and the available clients beyond the cap."""
   valid = c.valid.astype(jnp.float32)
   dropped = 0.0 if mask is None else (jnp.sum(mask) - jnp.sum(c.valid)).astype(jnp.float32)
+  client_loss = jnp.sum(losses * valid) / jnp.maximum(jnp.sum(valid), 1.0)
   return {
-      "client_loss": jnp.sum(losses * valid) / jnp.maximum(jnp.sum(valid), 1.0),
+      **with_count({"client_loss": client_loss}, jnp.sum(valid)),
       "num_active": jnp.sum(valid),
       "dropped_clients": jnp.asarray(dropped, jnp.float32),
   }

@@ -3,6 +3,7 @@
 from typing import Any, Callable, NamedTuple, Optional
 
 import jax
+import jax.numpy as jnp
 
 PRNGKey = jax.Array
 Params = Any
@@ -23,3 +24,30 @@ def params_to_evaluate(alg: FederatedAlgorithm, server, clients) -> Params:
   if alg.eval_params is None:
     return server.params
   return alg.eval_params(server, clients)
+
+
+# Metrics that are means over something a round may not have (the cohort's clients, the
+# event's message). Beside such a metric `m`, a round reports how many items it is a mean
+# over as the metric `count_name(m)` (0 when `m` is undefined; `m` itself is then any
+# value, usually 0). Over a block of rounds the engine reports sum(m * count) / sum(count),
+# the mean over the block's items (NaN when the block has none), and the count summed over
+# the block; `results.summarize` weights the blocks of its final window by these counts.
+# A metric without a count is averaged over the rounds; a `cum_*` metric reports its last
+# value.
+COUNT_SUFFIX = ".count"
+
+
+def count_name(name: str) -> str:
+  return name + COUNT_SUFFIX
+
+
+def is_count(name: str) -> bool:
+  return name.endswith(COUNT_SUFFIX)
+
+
+def with_count(metrics: Metrics, count, names=None) -> Metrics:
+  """``metrics`` plus ``count`` (one scalar, as float32) as the count of each of ``names``
+  (default: all of them)."""
+  count = jnp.asarray(count, jnp.float32)
+  names = list(metrics) if names is None else list(names)
+  return {**metrics, **{count_name(k): count for k in names}}

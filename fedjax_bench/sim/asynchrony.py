@@ -61,6 +61,18 @@ def unit_delay(key, law: str, shape: float, dtype=jnp.float32):
   raise UsageError(f"unknown --async_delay={law!r}; valid: {', '.join(DELAYS)}")
 
 
+def numpy_unit_delays(rng: np.random.Generator, law: str, shape: float | None, size):
+  """`unit_delay`'s law in NumPy (host-side planning, e.g. how many rounds cover a
+  horizon); ``shape`` None takes the law's default."""
+  shape = DEFAULT_SHAPE.get(law, 1.0) if shape is None else shape
+  _check_law(law, shape)
+  if law == "exponential":
+    return rng.exponential(1.0, size)
+  if law == "lognormal":
+    return np.exp(shape * rng.normal(size=size) - 0.5 * shape**2)
+  return (rng.pareto(shape, size) + 1.0) * ((shape - 1) / shape)  # Lomax + 1 is Pareto
+
+
 def _check_law(law: str, shape: float):
   if law not in DELAYS:
     raise UsageError(f"unknown --async_delay={law!r}; valid: {', '.join(DELAYS)}")
