@@ -202,7 +202,7 @@ class Task:
 
     zero = jax.tree.map(jnp.zeros_like, params)
     total, _ = jax.lax.scan(add, zero, chunks)
-    grad = jax.tree.map(lambda g: g / n, total)
+    grad = jax.tree.map(lambda g: _divide(g, n), total)
     if self.l2:
       grad = jax.tree.map(lambda g, p: g + self.l2 * p, grad, params)
     return sum(jnp.sum(jnp.square(g)) for g in jax.tree.leaves(grad))
@@ -268,7 +268,16 @@ def _mean_loss_and_accuracy(task: Task, params, x, y, rows=None, count=None):
     return jnp.sum(wb * task.pointwise_loss(outputs, yb)), jnp.sum(wb * correct)
 
   loss_sum, correct = jax.lax.map(one, chunks)
-  return jnp.sum(loss_sum) / n, jnp.sum(correct) / n
+  return _divide(jnp.sum(loss_sum), n), _divide(jnp.sum(correct), n)
+
+
+def _divide(total, n):
+  """total / n. XLA compiles a division by a constant n as a multiplication by its
+  float32 reciprocal, so a run's traced count (a view's) multiplies by 1/n too: the
+  same numbers as a task built for that run alone."""
+  if isinstance(n, int):
+    return total / n
+  return total * (1.0 / jnp.asarray(n, jnp.float32))
 
 
 def make_task(dataset: Dataset, model: nn.Module, *, train_eval_examples: int = 10000,
