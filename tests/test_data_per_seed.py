@@ -110,6 +110,20 @@ def test_each_seed_is_the_run_of_its_data_seed(name, fake_mnist):
     close(p, q)
 
 
+def test_grid_points_repeat_the_seeds_data():
+  """Run (g, s) of a grid uses seed s's data: grid point client_lr=0.1 equals the run
+  without a grid (to the vmapped program's rounding, as in test_engine)."""
+  cfg = _cfg("generated", data_per_seed=True)
+  exp = experiment.setup(cfg, seeds=SEEDS)
+  grid = [{"client_lr": 0.05}, {"client_lr": 0.1}]
+  swept = engine.run(exp.build, exp.task, exp.hparams, seeds=SEEDS, rounds=2, eval_every=2,
+                     grid=grid, run_data=exp.run_data).history.metrics
+  plain, _ = _run(cfg, SEEDS)
+  for m, v in plain.items():
+    np.testing.assert_allclose(swept[m][:, 1], v[:, 0], rtol=1e-6, atol=1e-7, err_msg=m)
+  assert not np.allclose(swept["train_loss"][-1, 0], swept["train_loss"][-1, 1])
+
+
 def test_seeds_get_different_partitions_phi_and_rates(fake_mnist):
   exp = experiment.setup(_cfg("index_map", data_per_seed=True), seeds=[0, 1, 2])
   rd = exp.run_data
