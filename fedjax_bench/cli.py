@@ -37,7 +37,13 @@ flags.DEFINE_float("alpha", 0.5, "Dirichlet concentration for --partition=dirich
 flags.DEFINE_integer("shards_per_client", 2, "Label shards per client for --partition=shards.",
                      module_name=_MODULE)
 flags.DEFINE_integer("partition_seed", 0, "Seed of the data partition and synthetic data "
-                     "(shared by every --seeds run).", module_name=_MODULE)
+                     "(shared by every --seeds run, unless --data_per_seed).",
+                     module_name=_MODULE)
+flags.DEFINE_bool("data_per_seed", False, "Each seed s draws its own data randomness: the "
+                  "partition, generated data, availability phi and asynchronous client rates "
+                  "of a one-seed run with --partition_seed=PARTITION_SEED+s, all seeds still in "
+                  "one program (the examples are stored once; each run gets index maps). Off: "
+                  "the seeds share one draw from --partition_seed.", module_name=_MODULE)
 flags.DEFINE_float("synthetic_alpha", 1.0, "LEAF Synthetic(alpha, beta): model heterogeneity.",
                    module_name=_MODULE)
 flags.DEFINE_float("synthetic_beta", 1.0, "LEAF Synthetic(alpha, beta): data heterogeneity.",
@@ -502,17 +508,20 @@ def _run() -> int:
   elif os.path.exists(ckpt_path) and not FLAGS.resume:
     raise UsageError(f"{out} holds the checkpoint of an unfinished run; add --resume to "
                      "continue it, or give another --output_dir")
-  exp = build_experiment(cfg, given, grid)
+  exp = build_experiment(cfg, given, grid, seeds=seeds)
   dataset, task = exp.dataset, exp.task
   memory.check_run(exp.build, task, exp.hparams, exp.world, len(seeds) * max(len(grid), 1),
-                   jax.device_count())
-  report = dataset.report()
+                   jax.device_count(), run_data=exp.run_data)
+  report = dataset.report()  # with --data_per_seed: seed 0's
+  partitions = report if exp.per_seed is None else exp.per_seed.report()
 
   if lead:
+    per_seed = f" (data per seed; sizes are seed {seeds[0]}'s)" if exp.per_seed else ""
     print(f"{name}: {cfg['algo']} on {cfg['dataset']} ({report['num_clients']} clients, "
           f"sizes {report['size_min']}..{report['size_max']}, "
           f"{report['mean_classes_per_client']:.1f} classes/client), {cfg['model']}, "
-          f"seeds {seeds}, {jax.device_count()} {jax.default_backend()} device(s)", flush=True)
+          f"seeds {seeds}{per_seed}, {jax.device_count()} {jax.default_backend()} device(s)",
+          flush=True)
   if grid and lead:
     print(f"sweep: {len(grid)} grid points x {len(seeds)} seeds = {len(grid) * len(seeds)} "
           "runs in one program", flush=True)
@@ -520,8 +529,8 @@ def _run() -> int:
             "started": datetime.datetime.now().isoformat(timespec="seconds"),
             "fingerprint": fingerprint,
             "environment": results.environment_info(),
-            "dataset": {k: v for k, v in report.items()
-                        if k not in ("client_sizes", "label_histograms")}}
+            "dataset": _short(report) if exp.per_seed is None else
+                       [_short(r) for r in partitions["seeds"]]}
   ckpt = None
   if FLAGS.checkpoint_every or FLAGS.resume:
     if lead and FLAGS.resume and os.path.exists(ckpt_path):
@@ -534,10 +543,11 @@ def _run() -> int:
     results.atomic_write_json(os.path.join(out, results.CONFIG_FILE), config)
   output = engine.run(exp.build, task, exp.hparams, seeds=seeds, rounds=cfg["rounds"],
                       eval_every=cfg["eval_every"], grid=grid or None,
-                      on_eval=_print_progress if lead else None, checkpoint=ckpt)
+                      on_eval=_print_progress if lead else None, checkpoint=ckpt,
+                      run_data=exp.run_data)
   if not lead:
     return _divergence_status(output, grid, out)
-  results.atomic_write_json(os.path.join(out, "partition.json"), report)
+  results.atomic_write_json(os.path.join(out, "partition.json"), partitions)
   summary = results.write_run(out, config=config, history=output.history,
                               final_window=cfg["final_window"], timing=output.timing,
                               extra={"diverged": _diverged_list(output, grid)})
@@ -570,12 +580,13 @@ def resolve_flags() -> tuple[dict, set, list]:
   return cfg, given, grid
 
 
-def build_experiment(cfg: dict, given: set, grid: list, dataset=None):
+def build_experiment(cfg: dict, given: set, grid: list, seeds: list, dataset=None):
   """The experiment of a resolved configuration, after every check that needs it built:
   sweepable hyperparameters and flags the algorithm does not read. ``dataset`` stands in
   for loading the configured one (tests of flagfiles whose data is not here)."""
   from fedjax_bench import experiment
-  exp = experiment.setup(cfg, dataset=dataset, participation_given=FLAGS["participation"].present)
+  exp = experiment.setup(cfg, dataset=dataset, seeds=seeds,
+                         participation_given=FLAGS["participation"].present)
   experiment.check_sweepable(exp, grid)
   experiment.check_flags_used(exp, cfg["algo"], given)
   return exp
@@ -583,9 +594,14 @@ def build_experiment(cfg: dict, given: set, grid: list, dataset=None):
 
 def check_flags(dataset=None):
   """Every check a run makes of the parsed flags before it trains (`--check_only`)."""
-  parse_seeds(FLAGS.seeds)
+  seeds = parse_seeds(FLAGS.seeds)
   cfg, given, grid = resolve_flags()
-  return build_experiment(cfg, given, grid, dataset=dataset)
+  return build_experiment(cfg, given, grid, seeds, dataset=dataset)
+
+
+def _short(report: dict) -> dict:
+  """A partition report without its per-client lists (for config.json)."""
+  return {k: v for k, v in report.items() if k not in ("client_sizes", "label_histograms")}
 
 
 # Flags that change neither the numbers nor which runs there are: a checkpoint written

@@ -19,13 +19,16 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from fedjax_bench import checkpoint as checkpoint_lib
 from fedjax_bench.core import cohort, keys
+from fedjax_bench.core import run_data as run_data_lib
 from fedjax_bench.core.task import Task
 from fedjax_bench.core.types import (FederatedAlgorithm, count_name, is_count,
                                      params_to_evaluate)
 from fedjax_bench.errors import UsageError
 from fedjax_bench.results import History
 
-Builder = Callable[[dict], FederatedAlgorithm]
+# build(hp) -> FederatedAlgorithm; with per-run data (`run(..., run_data=)`),
+# build(hp, one run's RunData).
+Builder = Callable[..., FederatedAlgorithm]
 
 
 @dataclasses.dataclass
@@ -129,11 +132,16 @@ def run_sharding(num_runs: int, devices=None) -> NamedSharding:
 def run(build: Builder, task: Task, hparams: dict, *, seeds: list[int], rounds: int,
         eval_every: int, grid: Optional[list[dict]] = None,
         on_eval: Optional[Callable[[Progress], None]] = None, devices=None,
-        checkpoint: Optional[Checkpointing] = None) -> RunOutput:
+        checkpoint: Optional[Checkpointing] = None,
+        run_data: Optional[run_data_lib.RunData] = None) -> RunOutput:
   """Runs rounds 1..`rounds`, evaluating at round 0, every `eval_every` rounds and at the end.
 
   `grid` is a list of {hparam: value} points varied in one program; their values
   override `hparams` and must be scalars.
+
+  `run_data` (--data_per_seed): each seed's own data and world, rows in the order of
+  `seeds`; every run gets its seed's row, is built as ``build(hp, row)`` and evaluated
+  on ``task.for_run(row.task)``. A task holding per-seed views needs it.
 
   Divergence: a run whose server parameters (checked every round) or evaluated losses
   become non-finite is recorded with the round
@@ -148,18 +156,20 @@ def run(build: Builder, task: Task, hparams: dict, *, seeds: list[int], rounds: 
   put = lambda tree: _put(tree, sharding)
   swept = put(_grid_arrays(grid, num_seeds))
   seed_keys = put(jnp.stack([keys.root(s) for s in seeds] * len(grid)))
+  # (per-run data,) or (): the functions below take it as a trailing argument.
+  extra = _per_run_data(run_data, task, seeds, len(grid), put)
 
-  def algorithm(hp_run):
-    return build({**hparams, **hp_run})
+  def algorithm(hp_run, *data):
+    return build({**hparams, **hp_run}, *data)
 
   # A run's state: (server, clients, t, diverged); `diverged` is 0 or the first round
   # after which the server's parameters were non-finite.
-  def init_one(hp_run, seed_key):
-    server, clients = algorithm(hp_run).init(keys.init_key(seed_key))
+  def init_one(hp_run, seed_key, *data):
+    server, clients = algorithm(hp_run, *data).init(keys.init_key(seed_key))
     return server, clients, jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32)
 
-  def block_one(hp_run, seed_key, state, length):
-    alg = algorithm(hp_run)
+  def block_one(hp_run, seed_key, state, length, *data):
+    alg = algorithm(hp_run, *data)
 
     def step(carry, _):
       server, clients, t, diverged = carry
@@ -171,9 +181,10 @@ def run(build: Builder, task: Task, hparams: dict, *, seeds: list[int], rounds: 
     state, metrics = jax.lax.scan(step, state, None, length=length)
     return state, _reduce_block(metrics)
 
-  def eval_one(hp_run, state):
+  def eval_one(hp_run, state, *data):
     server, clients = state[:2]
-    return task.evaluate(params_to_evaluate(algorithm(hp_run), server, clients))
+    scored = task.for_run(data[0].task) if data else task
+    return scored.evaluate(params_to_evaluate(algorithm(hp_run, *data), server, clients))
 
   compile_seconds = 0.0
 
@@ -184,15 +195,15 @@ def run(build: Builder, task: Task, hparams: dict, *, seeds: list[int], rounds: 
     compile_seconds += time.perf_counter() - t0
     return exe
 
-  init_exe = compiled(over_runs(init_one, sharding), swept, seed_keys)
-  state = init_exe(swept, seed_keys)
-  eval_exe = compiled(over_runs(eval_one, sharding), swept, state)
+  init_exe = compiled(over_runs(init_one, sharding), swept, seed_keys, *extra)
+  state = init_exe(swept, seed_keys, *extra)
+  eval_exe = compiled(over_runs(eval_one, sharding), swept, state, *extra)
   block_exes = {}
 
   def block_exe(length):
     if length not in block_exes:
-      fn = over_runs(lambda hp, k, s: block_one(hp, k, s, length), sharding)
-      block_exes[length] = compiled(fn, swept, seed_keys, state)
+      fn = over_runs(lambda hp, k, s, *data: block_one(hp, k, s, length, *data), sharding)
+      block_exes[length] = compiled(fn, swept, seed_keys, state, *extra)
     return block_exes[length]
 
   resumed = None
@@ -201,7 +212,7 @@ def run(build: Builder, task: Task, hparams: dict, *, seeds: list[int], rounds: 
   # Per run, 0 or the round from which it diverged: its parameters (checked every round
   # on the device, state[3]) or its evaluated losses (checked here) were not finite.
   if resumed is None:
-    eval_rounds, records = [0], [(_fetch(eval_exe(swept, state)), {})]
+    eval_rounds, records = [0], [(_fetch(eval_exe(swept, state, *extra)), {})]
     done, run_seconds = 0, 0.0
     diverged = _diverged(np.zeros(num_runs, np.int32), _fetch(state[3]), records[0][0], 0)
     records[0] = _mask_diverged(records[0], diverged)
@@ -216,8 +227,8 @@ def run(build: Builder, task: Task, hparams: dict, *, seeds: list[int], rounds: 
     length = min(eval_every, rounds - done)
     exe = block_exe(length)
     t0 = time.perf_counter()
-    state, block_metrics = exe(swept, seed_keys, state)
-    evals = eval_exe(swept, state)
+    state, block_metrics = exe(swept, seed_keys, state, *extra)
+    evals = eval_exe(swept, state, *extra)
     evals, block_metrics, on_device = _fetch((evals, block_metrics, state[3]))
     run_seconds += time.perf_counter() - t0
     done += length
@@ -237,6 +248,19 @@ def run(build: Builder, task: Task, hparams: dict, *, seeds: list[int], rounds: 
             "wall_seconds": wall_seconds, "compile_seconds": compile_seconds}
   return RunOutput(history, timing, state[:3],
                    np.asarray(diverged).reshape(len(grid), num_seeds))
+
+
+def _per_run_data(data, task: Task, seeds, num_points: int, put) -> tuple:
+  """(the run-sharded rows of ``data``, one per run,) or () without per-run data."""
+  if data is None:
+    if task.view is not None:
+      raise UsageError("this task holds one partition per seed (--data_per_seed); pass the "
+                       "experiment's run_data to engine.run")
+    return ()
+  if np.asarray(data.seed).tolist() != list(seeds):
+    raise UsageError(f"run_data was made for seeds {np.asarray(data.seed).tolist()}, not "
+                     f"{list(seeds)}; set up the experiment with the seeds it runs")
+  return (put(run_data_lib.for_runs(data, num_points)),)
 
 
 def _all_finite(tree) -> jax.Array:

@@ -6,13 +6,14 @@ flags would give on the command line.
 """
 
 import dataclasses
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
 from fedjax_bench import algorithms, data, models
 from fedjax_bench.core import asynchronous, optimum
-from fedjax_bench.core.task import Task, make_task
+from fedjax_bench.core import run_data as run_data_lib
+from fedjax_bench.core.task import Task, make_per_seed_task, make_task
 from fedjax_bench.core.types import FederatedAlgorithm
 from fedjax_bench.data import priority as priority_lib
 from fedjax_bench.data.federated import Dataset
@@ -44,18 +45,26 @@ HPARAM_KEYS += ("prox_mu", "align_epsilon", "align_score", "align_inequality",
 
 @dataclasses.dataclass
 class Experiment:
-  dataset: Dataset
+  dataset: Dataset  # with --data_per_seed: seed 0's, without copies of its examples
   task: Task
   world: world_lib.World
   hparams: dict
-  build: Callable[[dict], FederatedAlgorithm]
+  build: Callable[..., FederatedAlgorithm]  # build(hp) or, per run, build(hp, run_data row)
+  # --data_per_seed: each seed's data and world (pass to engine.run), and the datasets.
+  run_data: Any = None
+  per_seed: Any = None
 
 
 def load_dataset(cfg: dict) -> Dataset:
-  return data.load(
-      cfg["dataset"], num_clients=cfg["num_clients"], partition=cfg["partition"],
+  return data.load(cfg["dataset"], partition_seed=cfg["partition_seed"], **_load_kwargs(cfg))
+
+
+def _load_kwargs(cfg: dict) -> dict:
+  """data.load's arguments from the flags, but the dataset name and the partition seed."""
+  return dict(
+      num_clients=cfg["num_clients"], partition=cfg["partition"],
       alpha=cfg["alpha"], shards_per_client=cfg["shards_per_client"],
-      partition_seed=cfg["partition_seed"], data_dir=cfg.get("data_dir"),
+      data_dir=cfg.get("data_dir"),
       cache_dir=cfg.get("cache_dir"), synthetic_alpha=cfg["synthetic_alpha"],
       synthetic_beta=cfg["synthetic_beta"],
       quadratic_variant=cfg.get("quadratic_variant", "heterogeneous"),
@@ -76,20 +85,30 @@ def make_participation(cfg: dict, dataset: Dataset,
     return participation.make(cfg["participation"], n,
                               clients_per_round=cfg["clients_per_round"],
                               prob=cfg["participation_prob"], cap=cfg["cohort_cap"])
+  _check_one_chooser(participation_given)
+  return availability.make(cfg["availability"],
+                           availability_base(cfg, dataset, cfg["partition_seed"]),
+                           **availability_kwargs(cfg))
+
+
+def _check_one_chooser(participation_given: bool) -> None:
   if participation_given:
     raise UsageError("--availability and --participation both choose who takes part; give "
                      "one (--availability=off to use --participation)")
+
+
+def availability_base(cfg: dict, dataset: Dataset, partition_seed: int) -> np.ndarray:
+  """The base p_i: constant, or <label histogram, phi> with phi drawn from ``partition_seed``."""
   if cfg["availability_probs"] == "constant":
-    base = availability.homogeneous(n, cfg["availability_p"])
-  else:
-    phi = availability.draw_phi(cfg["availability_phi"], dataset.num_classes,
-                                cfg["partition_seed"])
-    base = availability.base_probs(dataset.label_histograms(), phi)
-  return availability.make(
-      cfg["availability"], base, period=cfg["availability_period"],
-      gamma=cfg["availability_gamma"], delta0=cfg["availability_delta0"],
-      staircase_low=cfg["availability_low"], markov_a=cfg["markov_a"],
-      p_min=cfg["availability_p_min"], cap=cfg["cohort_cap"])
+    return availability.homogeneous(dataset.train.num_clients, cfg["availability_p"])
+  phi = availability.draw_phi(cfg["availability_phi"], dataset.num_classes, partition_seed)
+  return availability.base_probs(dataset.label_histograms(), phi)
+
+
+def availability_kwargs(cfg: dict) -> dict:
+  return dict(period=cfg["availability_period"], gamma=cfg["availability_gamma"],
+              delta0=cfg["availability_delta0"], staircase_low=cfg["availability_low"],
+              markov_a=cfg["markov_a"], p_min=cfg["availability_p_min"], cap=cfg["cohort_cap"])
 
 
 def server_opt_kwargs(cfg: dict) -> dict:
@@ -100,33 +119,24 @@ def server_opt_kwargs(cfg: dict) -> dict:
           "b2": cfg["server_beta2"], "eps": cfg["server_eps"]}
 
 
-def setup(cfg: dict, *, dataset: Dataset | None = None,
-          participation_given: bool = False) -> Experiment:
-  """Everything but the engine run. ``dataset`` skips loading (scripts that reuse one)."""
+def setup(cfg: dict, *, dataset: Dataset | None = None, participation_given: bool = False,
+          seeds: list[int] | None = None) -> Experiment:
+  """Everything but the engine run. ``dataset`` skips loading (scripts that reuse one).
+  With --data_per_seed, ``seeds`` (the seeds the run will use) is required: each gets its
+  own data (`setup_per_seed`)."""
   algorithm = algorithms.get(cfg["algo"])
+  if cfg.get("data_per_seed"):
+    if dataset is not None:
+      raise UsageError("--data_per_seed loads one dataset per seed itself; pass no dataset")
+    return setup_per_seed(cfg, seeds, participation_given=participation_given)
   dataset = dataset if dataset is not None else load_dataset(cfg)
   dataset, cfg = with_priority(dataset, cfg)
-  model = models.make(cfg["model"], num_classes=dataset.num_classes, is_image=dataset.is_image,
-                      mlp_hidden=tuple(int(h) for h in cfg["mlp_hidden"]),
-                      normalize=dataset.normalize, zero_init=cfg.get("zero_init", False),
-                      bias=cfg.get("logreg_bias", True) if cfg["model"] == "logreg" else None)
+  model = make_model(cfg, dataset)
   task = make_task(dataset, model, train_eval_examples=cfg["train_eval_examples"],
-                   augment=cfg.get("augment", True),
-                   augment_batchwise=cfg.get("batchwise_augmentation", False),
-                   eval_grad_norm=cfg.get("eval_grad_norm", False),
-                   loss_type=data.LOSS_TYPES.get(cfg["dataset"], "cross_entropy"),
-                   l2=cfg.get("l2", 0.0))
+                   **task_kwargs(cfg))
   if cfg.get("optimality_gap") or cfg["dataset"] == "quadratic":
     task = optimum.attach(task, cache_dir=cfg.get("cache_dir"))
-  if cfg["algo"] in algorithms.ASYNCHRONOUS:  # their clocks decide who sends when
-    part = participation.make("full", dataset.train.num_clients)
-  elif cfg["algo"] in algorithms.PRIORITIZED:  # they sample priority and free clients apart
-    if participation_given and cfg["participation"] != "full":
-      raise UsageError(f"--algo={cfg['algo']} samples clients with --priority_fraction and "
-                       "--free_fraction; leave --participation at full")
-    part = participation.make("full", dataset.train.num_clients)
-  else:
-    part = make_participation(cfg, dataset, participation_given)
+  part = _participation(cfg, dataset, participation_given)
   steps = world_lib.client_steps(dataset.train.counts, local_steps=cfg["local_steps"],
                                  local_epochs=cfg["local_epochs"], batch_size=cfg["batch_size"],
                                  drop_last=cfg.get("sampling") == "shuffle_drop_last")
@@ -136,6 +146,110 @@ def setup(cfg: dict, *, dataset: Dataset | None = None,
   build = lambda hp: algorithm.build(task, world, hp)
   build(hparams)  # bad hyperparameters fail here, before anything runs
   return Experiment(dataset, task, world, hparams, build)
+
+
+def make_model(cfg: dict, dataset: Dataset):
+  return models.make(cfg["model"], num_classes=dataset.num_classes, is_image=dataset.is_image,
+                     mlp_hidden=tuple(int(h) for h in cfg["mlp_hidden"]),
+                     normalize=dataset.normalize, zero_init=cfg.get("zero_init", False),
+                     bias=cfg.get("logreg_bias", True) if cfg["model"] == "logreg" else None)
+
+
+def task_kwargs(cfg: dict) -> dict:
+  """make_task's options from the flags (all but train_eval_examples)."""
+  return dict(augment=cfg.get("augment", True),
+              augment_batchwise=cfg.get("batchwise_augmentation", False),
+              eval_grad_norm=cfg.get("eval_grad_norm", False),
+              loss_type=data.LOSS_TYPES.get(cfg["dataset"], "cross_entropy"),
+              l2=cfg.get("l2", 0.0))
+
+
+def _participation(cfg: dict, dataset: Dataset, participation_given: bool):
+  if cfg["algo"] in algorithms.ASYNCHRONOUS:  # their clocks decide who sends when
+    return participation.make("full", dataset.train.num_clients)
+  if cfg["algo"] in algorithms.PRIORITIZED:  # they sample priority and free clients apart
+    if participation_given and cfg["participation"] != "full":
+      raise UsageError(f"--algo={cfg['algo']} samples clients with --priority_fraction and "
+                       "--free_fraction; leave --participation at full")
+    return participation.make("full", dataset.train.num_clients)
+  return make_participation(cfg, dataset, participation_given)
+
+
+def setup_per_seed(cfg: dict, seeds, *, participation_given: bool = False) -> Experiment:
+  """--data_per_seed: seed s's partition, generated data, availability phi and asynchronous
+  client rates are those of a one-seed run with --partition_seed=data_seed(partition_seed,
+  s) (`data.per_seed`), inside one program: the examples are pooled once and every run
+  gets index maps and its world's arrays (`Experiment.run_data`). The task and world
+  built here are seed 0's, with static bounds (largest client, local steps, cohort cap)
+  over all seeds."""
+  if not seeds:
+    raise UsageError("--data_per_seed needs the run's seeds at setup "
+                     "(experiment.setup(cfg, seeds=[...]))")
+  if (cfg["algo"] in algorithms.PRIORITIZED or cfg.get("num_priority", 0)
+      or cfg["dataset"] in PRIORITY_DATASETS):
+    raise UsageError("--data_per_seed does not redraw priority clients; prioritized FL "
+                     "redraws its data with --partition_seed per seed (benchmarks/"
+                     "fedalign_cpu.py)")
+  algorithm = algorithms.get(cfg["algo"])
+  per_seed = data.load_per_seed(cfg["dataset"], seeds=list(seeds),
+                                partition_seed=cfg["partition_seed"], **_load_kwargs(cfg))
+  dataset = per_seed.summary(0)
+  model = make_model(cfg, dataset)
+  gap = cfg.get("optimality_gap") or cfg["dataset"] == "quadratic"
+  task, views = make_per_seed_task(
+      per_seed, model, train_eval_examples=0 if gap else cfg["train_eval_examples"],
+      **task_kwargs(cfg))
+  if gap:  # f* of the training examples: one for all seeds only if they share them
+    if not per_seed.same_examples():
+      raise UsageError("--optimality_gap with --data_per_seed needs the same training "
+                       "examples in every seed (a fixed dataset split whole); drop one")
+    seed0 = make_task(per_seed.dataset(0), model, **task_kwargs(cfg))
+    task = dataclasses.replace(task, optimum=optimum.find(seed0, cache_dir=cfg.get("cache_dir")))
+  data_seeds = [layout.data_seed for layout in per_seed.layouts]
+  arrays = rebuild = None
+  if (cfg["algo"] not in algorithms.ASYNCHRONOUS and cfg["availability"] != "off"
+      and cfg["availability_probs"] == "data"):
+    _check_one_chooser(participation_given)
+    bases = [availability_base(cfg, per_seed.summary(k), d) for k, d in enumerate(data_seeds)]
+    arrays, cap, rebuild = availability.make_per_run(cfg["availability"], bases,
+                                                     **availability_kwargs(cfg))
+    part = rebuild(_row(arrays, 0), cap)
+  else:  # the same scheme for every seed
+    part = _participation(cfg, dataset, participation_given)
+  steps = np.stack([world_lib.client_steps(layout.counts, local_steps=cfg["local_steps"],
+                                           local_epochs=cfg["local_epochs"],
+                                           batch_size=cfg["batch_size"],
+                                           drop_last=cfg.get("sampling") == "shuffle_drop_last")
+                    for layout in per_seed.layouts])
+  world = world_lib.make(part, steps[0])._replace(max_steps=max(int(steps.max()), 1),
+                                                  rebuild=rebuild)
+  hparams = {k: cfg[k] for k in HPARAM_KEYS}
+  hparams["server_opt_kwargs"] = server_opt_kwargs(cfg)
+  rates = None
+  if cfg["algo"] in algorithms.ASYNCHRONOUS and cfg.get("async_rates", "uniform") != "uniform":
+    rates = np.stack([asynchronous.client_rates({**hparams, "partition_seed": d},
+                                                per_seed.num_clients).astype(np.float32)
+                      for d in data_seeds])
+    world = world._replace(rates=_row(rates, 0))
+  run_data = run_data_lib.RunData(np.asarray(seeds, np.int32), views,
+                                  world_lib.WorldView(steps, arrays, rates))
+
+  def build(hp, row=None):
+    if row is None:
+      return algorithm.build(task, world, hp)
+    return algorithm.build(task.for_run(row.task), world.for_run(row.world), hp)
+
+  build(hparams)  # bad hyperparameters fail here, before anything runs
+  return Experiment(dataset, task, world, hparams, build, run_data=run_data, per_seed=per_seed)
+
+
+PRIORITY_DATASETS = ("gaussmix_shards", "synth_pfl")
+
+
+def _row(tree, k: int):
+  import jax
+  import jax.numpy as jnp
+  return jax.tree.map(lambda a: jnp.asarray(a[k]), tree)
 
 
 # The AREA paper's setting (spec 002 §5), taken by every flag the user did not give when an
@@ -296,7 +410,14 @@ def with_defaults(cfg: dict, given) -> dict:
 def rounds_for_horizon(cfg: dict) -> int:
   """Engine steps that cover --sim_time with room to spare (steps past it are no-ops):
   events of rate sum(lambda) (+ lambda_s), or synchronous rounds of mean length
-  E[max of Delta fresh delays] for sfedavg. Heavy-tailed delays are simulated."""
+  E[max of Delta fresh delays] for sfedavg. Heavy-tailed delays are simulated. With
+  --data_per_seed, the most any seed's rates need."""
+  if cfg.get("data_per_seed") and cfg.get("async_rates", "uniform") != "uniform":
+    from fedjax_bench.cli import parse_seeds  # the seeds' own rates: enough for the slowest
+    return max(rounds_for_horizon({**cfg, "data_per_seed": False,
+                                   "partition_seed": data.per_seed.data_seed(
+                                       cfg["partition_seed"], s)})
+               for s in parse_seeds(str(cfg.get("seeds", "1"))))
   n, horizon = cfg["num_clients"], cfg["sim_time"]
   rates = asynchronous.client_rates(cfg, n)
   if cfg.get("async_delay", "exponential") != "exponential":

@@ -99,7 +99,8 @@ def zeros_like(tree):
 
 def make_clock(world, hp: dict, *, aggregation: bool | None = None) -> asynchrony.Clock:
   """The world's clock, or the renewal clock the async_* hyperparameters describe (rates
-  from partition_seed, so every seed of a run shares them). ``aggregation`` overrides
+  from partition_seed, so every seed of a run shares them, unless the world gives a run
+  its own: --data_per_seed). ``aggregation`` overrides
   whether Poisson aggregation events are wanted (default: hp aggregation == "poisson")."""
   kind = hp.get("aggregation", "count")
   if kind not in asynchrony.AGGREGATIONS:
@@ -112,7 +113,7 @@ def make_clock(world, hp: dict, *, aggregation: bool | None = None) -> asynchron
                        f"({'with' if world.clock.has_aggregation else 'without'} "
                        "aggregation events)")
     return world.clock
-  rates = client_rates(hp, world.num_clients)
+  rates = client_rates(hp, world.num_clients) if world.rates is None else world.rates
   agg_rate = None
   if poisson:
     # 0 (default): the count rule's mean rate, sum(lambda) / Delta.

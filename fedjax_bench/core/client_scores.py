@@ -16,24 +16,31 @@ def per_client(task, params) -> tuple[jax.Array, jax.Array]:
   per client with a segment sum: the cost is one epoch of inference, whatever the cohort.
   Clients without examples get 0. No l2 penalty: the scores compare data fits.
   """
-  owner = owners(task)
-  n, chunk = task.x.shape[0], min(task.eval_chunk, task.x.shape[0])
+  x, y, rows, owner = task.layout()
+  n = x.shape[0] if rows is None else rows.shape[0]
+  chunk = min(task.eval_chunk, n)
   pad = (-n) % chunk
-  x = jnp.concatenate([task.x, jnp.zeros((pad,) + task.x.shape[1:], task.x.dtype)])
-  y = jnp.concatenate([task.y, jnp.zeros(pad, task.y.dtype)])
+  if rows is None:
+    x = jnp.concatenate([x, jnp.zeros((pad,) + x.shape[1:], x.dtype)])
+    y = jnp.concatenate([y, jnp.zeros(pad, y.dtype)])
+    data, read = (x, y), lambda d: d
+  else:  # a run's view: gather each chunk's rows when it is scored
+    data = (jnp.concatenate([rows, jnp.zeros(pad, rows.dtype)]),)
+    read = lambda d: (x[d[0]], y[d[0]])
   owner = jnp.concatenate([owner, jnp.full(pad, task.num_clients, jnp.int32)])
   shape = lambda a: a.reshape((-1, chunk) + a.shape[1:])
   segments = task.num_clients + 1
 
   def one(batch):
-    xb, yb, ob = batch
+    *d, ob = batch
+    xb, yb = read(tuple(d))
     out = task.logits(params, xb)
     loss = task.pointwise_loss(out, yb)
     correct = _correct(task, out, yb)
     return (jax.ops.segment_sum(loss, ob, num_segments=segments),
             jax.ops.segment_sum(correct, ob, num_segments=segments))
 
-  loss_sums, correct_sums = jax.lax.map(one, (shape(x), shape(y), shape(owner)))
+  loss_sums, correct_sums = jax.lax.map(one, (*map(shape, data), shape(owner)))
   counts = jnp.maximum(task.counts.astype(jnp.float32), 1.0)
   return (jnp.sum(loss_sums, 0)[:task.num_clients] / counts,
           jnp.sum(correct_sums, 0)[:task.num_clients] / counts)
@@ -50,19 +57,13 @@ def minibatch(task, params, key, batch_size: int) -> tuple[jax.Array, jax.Array]
     u = jax.random.uniform(jax.random.fold_in(key, i), (task.max_count,))
     pos = jnp.argsort(jnp.where(slots < count, u, 2.0))[:batch_size]
     w = (jnp.arange(batch_size) < count).astype(jnp.float32)
-    idx = task.offsets[i] + jnp.minimum(pos, jnp.maximum(count - 1, 0))
-    out = task.logits(params, task.x[idx])
+    x, y = task.client_data(i)(jnp.minimum(pos, jnp.maximum(count - 1, 0)))
+    out = task.logits(params, x)
     total = jnp.maximum(jnp.sum(w), 1.0)
-    return (jnp.sum(w * task.pointwise_loss(out, task.y[idx])) / total,
-            jnp.sum(w * _correct(task, out, task.y[idx])) / total)
+    return (jnp.sum(w * task.pointwise_loss(out, y)) / total,
+            jnp.sum(w * _correct(task, out, y)) / total)
 
   return jax.vmap(one)(jnp.arange(task.num_clients))
-
-
-def owners(task) -> jax.Array:
-  """[num_examples] int32: the client of each row of the flat layout (host-side, static)."""
-  counts = np.asarray(task.counts)
-  return jnp.asarray(np.repeat(np.arange(len(counts), dtype=np.int32), counts))
 
 
 def _correct(task, outputs, y) -> jax.Array:

@@ -35,13 +35,15 @@ def tree_bytes(tree) -> int:
   return sum(math.prod(a.shape) * jnp.dtype(a.dtype).itemsize for a in jax.tree.leaves(tree))
 
 
-def estimate(build, task, hparams: dict, world, num_runs: int, num_devices: int) -> dict:
+def estimate(build, task, hparams: dict, world, num_runs: int, num_devices: int,
+             run_data=None) -> dict:
   """What a run needs on one device, in bytes, from the shapes alone (`jax.eval_shape`):
 
   * ``data``: the task's arrays (training examples, test and scored training sets),
     replicated on every device;
   * ``state_per_run``: the server and client states (`init`), which the engine keeps for
-    every run (seed x grid point) on the device that owns it;
+    every run (seed x grid point) on the device that owns it, and with --data_per_seed
+    the run's own index maps and world arrays (``run_data``, `core/run_data.py`);
   * ``round_per_run``: the round's working set: the cohort's deltas (cap x parameters)
     and, for the clients trained at once, parameters, optimizer state, gradients and a
     minibatch, all as float32, and the minibatches and positions read ahead of local
@@ -51,8 +53,9 @@ def estimate(build, task, hparams: dict, world, num_runs: int, num_devices: int)
   alg = build(hparams)
   server, clients = jax.eval_shape(alg.init, jax.random.PRNGKey(0))
   params = tree_bytes(server.params)
-  data = tree_bytes([task.x, task.y, task.test_x, task.test_y, task.train_eval_x,
-                     task.train_eval_y, task.offsets, task.counts])
+  arrays = [task.x, task.y, task.test_x, task.test_y, task.train_eval_x,
+            task.train_eval_y, task.offsets, task.counts]
+  data = tree_bytes(list({id(a): a for a in arrays}.values()))  # a view's x is train_eval_x
   cap = world.participation.cap
   from fedjax_bench.core import cohort, local
   width = cohort.resolve_width(hparams.get("client_width", -1)) or cap
@@ -64,15 +67,19 @@ def estimate(build, task, hparams: dict, world, num_runs: int, num_devices: int)
                                                   + hparams["batch_size"] * example) + ahead
   runs_here = num_runs // max(k for k in range(1, num_devices + 1) if num_runs % k == 0)
   state = tree_bytes((server, clients))
+  if run_data is not None:
+    from fedjax_bench.core import run_data as run_data_lib
+    state += run_data_lib.nbytes_per_run(run_data)
   return {"data": data, "state_per_run": state, "round_per_run": working,
           "runs_per_device": runs_here, "params": params,
           "total": data + runs_here * (state + working)}
 
 
-def check_run(build, task, hparams: dict, world, num_runs: int, num_devices: int) -> dict:
+def check_run(build, task, hparams: dict, world, num_runs: int, num_devices: int,
+              run_data=None) -> dict:
   """`estimate`, refused with a one-line error above FRACTION of the device's memory; the
   message says how many runs per device would fit, if any."""
-  e = estimate(build, task, hparams, world, num_runs, num_devices)
+  e = estimate(build, task, hparams, world, num_runs, num_devices, run_data)
   limit = FRACTION * device_bytes()
   if e["total"] <= limit:
     return e

@@ -2,7 +2,7 @@
 
 import dataclasses
 import inspect
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -28,6 +28,23 @@ class Optimum:
   seconds: float = 0.0
   method: str = ""         # "closed_form" or "lbfgs"
   from_cache: bool = False
+
+
+class TaskView(NamedTuple):
+  """One run's data as index maps into its Task's pooled arrays (--data_per_seed).
+
+  Row r of the run's layout (client after client, client i at rows offsets[i] ..
+  offsets[i] + counts[i] - 1) is pool row ``index[r]``. Every leaf may be traced: the
+  engine passes each run its own view, so one program holds one partition per seed.
+  """
+  index: jax.Array             # [R] int32 pool rows, past the run's own rows padded with 0
+  offsets: jax.Array           # [num_clients] int32
+  counts: jax.Array            # [num_clients] int32
+  owner: jax.Array             # [R] int32 client of each layout row (num_clients: padding)
+  train_eval_index: jax.Array  # [E] int32 pool rows scored as train_loss (padded)
+  train_eval_count: jax.Array  # () int32 how many of them are the run's
+  test_index: Any = None       # [M] int32 rows of the pooled test set (padded), or None:
+  test_count: Any = None       # () int32   every run scores the whole (shared) test set
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -61,17 +78,53 @@ class Task:
   # Clients whose data is generated on demand (data/stream.py): client -> fetch, as
   # `client_data`; x/y then hold one placeholder row and offsets are zeros.
   example_fn: Callable | None = None
+  # One run's index maps into x/y (and test_x/test_y) with --data_per_seed; None: x/y
+  # are the layout itself. `for_run` gives the Task of one run.
+  view: TaskView | None = None
 
   @property
   def num_clients(self) -> int:
     return int(self.counts.shape[0])
+
+  def for_run(self, view: TaskView) -> "Task":
+    """This task as run ``view`` sees it: its clients, sizes and evaluation sets."""
+    return dataclasses.replace(self, offsets=view.offsets, counts=view.counts, view=view)
 
   def client_data(self, i) -> Callable:
     """``positions -> (x, y)``: client i's examples at positions in [0, counts[i])."""
     if self.example_fn is not None:
       return self.example_fn(i)
     offset = self.offsets[i]
+    if self.view is not None:
+      def read(pos):
+        rows = self.view.index[offset + pos]
+        return self.x[rows], self.y[rows]
+      return read
     return lambda pos: (self.x[offset + pos], self.y[offset + pos])
+
+  def layout(self):
+    """(x, y, rows, owner): the training rows client after client are ``x[rows]`` (``x``
+    itself when rows is None); owner is each row's client (num_clients for padding)."""
+    if self.view is not None:
+      return self.x, self.y, self.view.index, self.view.owner
+    counts = np.asarray(self.counts)
+    return self.x, self.y, None, jnp.asarray(np.repeat(np.arange(len(counts), dtype=np.int32),
+                                                       counts))
+
+  def test_set(self):
+    """(x, y, rows, count): the test examples are ``x[rows]`` (x itself when rows is
+    None), of which the first ``count`` count (all when None)."""
+    v = self.view
+    if v is None or v.test_index is None:
+      return self.test_x, self.test_y, None, None
+    return self.test_x, self.test_y, v.test_index, v.test_count
+
+  def train_eval_set(self):
+    """(x, y, rows, count) of the training examples scored as train_loss, as `test_set`."""
+    v = self.view
+    if v is None:
+      return self.train_eval_x, self.train_eval_y, None, None
+    return self.x, self.y, v.train_eval_index, v.train_eval_count
 
   def init_params(self, key: jax.Array) -> Any:
     x = pixels_to_float(self.x[:1]).reshape((1,) + self.feature_shape)
@@ -120,8 +173,8 @@ class Task:
       all training examples), and when θ* is known ``dist_sq`` = ||params - θ*||² and,
       if θ* != 0, ``rel_dist_sq`` = dist_sq / ||θ*||².
     """
-    test_loss, test_acc = _mean_loss_and_accuracy(self, params, self.test_x, self.test_y)
-    train_loss, _ = _mean_loss_and_accuracy(self, params, self.train_eval_x, self.train_eval_y)
+    test_loss, test_acc = _mean_loss_and_accuracy(self, params, *self.test_set())
+    train_loss, _ = _mean_loss_and_accuracy(self, params, *self.train_eval_set())
     if self.l2:
       train_loss = train_loss + self.penalty(params)
     out = {"test_accuracy": test_acc, "test_loss": test_loss, "train_loss": train_loss}
@@ -135,10 +188,12 @@ class Task:
     """||grad f(params)||^2, f the mean loss over the scored training examples (the
     Fed-EF paper's full-batch gradient norm; all of them with --train_eval_examples=0)
     plus the l2 penalty."""
-    n = self.train_eval_x.shape[0]
+    x, y, rows, count = self.train_eval_set()
+    n = (x.shape[0] if rows is None else rows.shape[0]) if count is None else count
+    chunks, read = _chunked(self, x, y, rows, count)
 
     def chunk_sum(p, batch):
-      xb, yb, wb = batch
+      xb, yb, wb = read(batch)
       return jnp.sum(wb * self.pointwise_loss(self.logits(p, xb), yb))
 
     def add(total, batch):
@@ -146,8 +201,8 @@ class Task:
       return jax.tree.map(jnp.add, total, g), None
 
     zero = jax.tree.map(jnp.zeros_like, params)
-    total, _ = jax.lax.scan(add, zero, _chunked(self, self.train_eval_x, self.train_eval_y))
-    grad = jax.tree.map(lambda g: g / n, total)
+    total, _ = jax.lax.scan(add, zero, chunks)
+    grad = jax.tree.map(lambda g: _divide(g, n), total)
     if self.l2:
       grad = jax.tree.map(lambda g, p: g + self.l2 * p, grad, params)
     return sum(jnp.sum(jnp.square(g)) for g in jax.tree.leaves(grad))
@@ -180,32 +235,49 @@ def _has_train_mode(model: nn.Module) -> bool:
   return "train" in inspect.signature(type(model).__call__).parameters
 
 
-def _chunked(task: Task, x, y):
-  """(x, y, weights) zero-padded to whole chunks of ``eval_chunk`` and reshaped
-  [chunks, chunk, ...]; padding rows weigh 0."""
-  n = x.shape[0]
+def _chunked(task: Task, x, y, rows=None, count=None):
+  """(chunks, read): the examples ``x[rows]`` (x itself when rows is None) zero-padded to
+  whole chunks of ``eval_chunk``, reshaped [chunks, chunk, ...], and ``read(chunk) ->
+  (x, y, weights)``; padding rows weigh 0, and so do rows from ``count`` on. With
+  ``rows`` each chunk is gathered when it is read, so the set is never copied whole."""
+  n = x.shape[0] if rows is None else rows.shape[0]
   chunk = min(task.eval_chunk, n)
   pad = (-n) % chunk
-  w = jnp.concatenate([jnp.ones(n), jnp.zeros(pad)])
+  real = jnp.ones(n) if count is None else (jnp.arange(n) < count).astype(jnp.float32)
+  w = jnp.concatenate([real, jnp.zeros(pad)])
+  shape = lambda a: a.reshape((-1, chunk) + a.shape[1:])
+  if rows is not None:
+    rp = jnp.concatenate([rows, jnp.zeros(pad, rows.dtype)])
+    return (shape(rp), shape(w)), lambda b: (x[b[0]], y[b[0]], b[1])
   xp = jnp.concatenate([x, jnp.zeros((pad,) + x.shape[1:], x.dtype)])
   yp = jnp.concatenate([y, jnp.zeros(pad, y.dtype)])
-  shape = lambda a: a.reshape((-1, chunk) + a.shape[1:])
-  return shape(xp), shape(yp), shape(w)
+  return (shape(xp), shape(yp), shape(w)), lambda b: b
 
 
-def _mean_loss_and_accuracy(task: Task, params, x, y):
-  """Scores x in chunks of ``eval_chunk`` examples to bound memory."""
-  n = x.shape[0]
+def _mean_loss_and_accuracy(task: Task, params, x, y, rows=None, count=None):
+  """Scores ``x[rows]`` (x when rows is None) in chunks of ``eval_chunk`` examples to
+  bound memory; only the first ``count`` rows (default: all) count."""
+  n = (x.shape[0] if rows is None else rows.shape[0]) if count is None else count
+  chunks, read = _chunked(task, x, y, rows, count)
 
   def one(batch):
-    xb, yb, wb = batch
+    xb, yb, wb = read(batch)
     outputs = task.logits(params, xb)
     correct = (jnp.argmax(outputs, -1) == yb if task.loss_type == "cross_entropy"
                else jnp.full(yb.shape, jnp.nan))
     return jnp.sum(wb * task.pointwise_loss(outputs, yb)), jnp.sum(wb * correct)
 
-  loss_sum, correct = jax.lax.map(one, _chunked(task, x, y))
-  return jnp.sum(loss_sum) / n, jnp.sum(correct) / n
+  loss_sum, correct = jax.lax.map(one, chunks)
+  return _divide(jnp.sum(loss_sum), n), _divide(jnp.sum(correct), n)
+
+
+def _divide(total, n):
+  """total / n. XLA compiles a division by a constant n as a multiplication by its
+  float32 reciprocal, so a run's traced count (a view's) multiplies by 1/n too: the
+  same numbers as a task built for that run alone."""
+  if isinstance(n, int):
+    return total / n
+  return total * (1.0 / jnp.asarray(n, jnp.float32))
 
 
 def make_task(dataset: Dataset, model: nn.Module, *, train_eval_examples: int = 10000,
@@ -262,3 +334,62 @@ def make_stream_task(stream, model: nn.Module, *, eval_chunk: int = 2048) -> Tas
       train_eval_y=jnp.asarray(stream.train_eval_y), num_classes=stream.num_classes,
       feature_shape=(stream.dim,), max_count=int(stream.counts.max()), eval_chunk=eval_chunk,
       example_fn=stream.example_fn)
+
+
+def make_per_seed_task(per_seed, model: nn.Module, *, train_eval_examples: int = 10000,
+                       eval_seed: int = 0, **kwargs) -> tuple[Task, TaskView]:
+  """One task over the pooled examples of ``per_seed`` (`data.per_seed.PerSeed`) and the
+  views of its seeds, stacked (seed axis first, NumPy): seed k's run scores what
+  `make_task` on seed k's dataset would score (the same train_loss subset, drawn with
+  ``eval_seed`` over its own rows, and its test set). The task itself is seed 0's view
+  (for shape checks), with static bounds (``max_count``) over all seeds. ``kwargs``:
+  `make_task`'s."""
+  pool = per_seed.pool
+  if pool.priority is not None:
+    raise ValueError("per-seed tasks have no priority clients")
+  n = per_seed.num_clients
+  views = []
+  for layout in per_seed.layouts:
+    idx = np.arange(len(layout.index))
+    if 0 < train_eval_examples < len(idx):
+      idx = np.sort(np.random.default_rng(eval_seed).choice(
+          idx, train_eval_examples, replace=False))
+    owner = np.repeat(np.arange(n, dtype=np.int32), layout.counts)
+    test = (None, None) if layout.test_index is None else (layout.test_index,
+                                                           len(layout.test_index))
+    views.append(TaskView(layout.index, layout.offsets, layout.counts, owner,
+                          layout.index[idx], len(idx), *test))
+  stacked = TaskView(*(None if field[0] is None else _stack_padded(field, pad)
+                       for field, pad in zip(zip(*views), (0, 0, 0, n, 0, 0, 0, 0))))
+  flat = lambda a: jnp.asarray(a.reshape(a.shape[0], -1))
+  x, y = flat(pool.train.x), jnp.asarray(pool.train.y)
+  first = per_seed.layouts[0]
+  task = Task(
+      model=model, x=x, y=y, offsets=jnp.asarray(first.offsets), counts=jnp.asarray(first.counts),
+      test_x=flat(pool.test_x), test_y=jnp.asarray(pool.test_y),
+      train_eval_x=x, train_eval_y=y,  # unused: every run reads its view's rows
+      num_classes=pool.num_classes, feature_shape=tuple(pool.train.x.shape[1:]),
+      max_count=max(max(int(layout.counts.max()) for layout in per_seed.layouts), 1),
+      **_task_options(pool, **kwargs))
+  return task.for_run(jax.tree.map(lambda a: jnp.asarray(a[0]), stacked)), stacked
+
+
+def _task_options(dataset: Dataset, *, loss_type: str = "cross_entropy", augment: bool = True,
+                  augment_batchwise: bool = False, eval_grad_norm: bool = False,
+                  l2: float = 0.0) -> dict:
+  if l2 < 0:
+    raise ValueError(f"l2 must be >= 0, got {l2}")
+  return dict(loss_type=loss_type,
+              augmentation=getattr(dataset, "augmentation", "none") if augment else "none",
+              augment_batchwise=augment_batchwise, eval_grad_norm=eval_grad_norm, l2=float(l2))
+
+
+def _stack_padded(values, pad) -> np.ndarray:
+  """Seed-wise values stacked on a new first axis, 1-D ones padded with ``pad`` to the
+  longest; int32."""
+  arrays = [np.asarray(v) for v in values]
+  if arrays[0].ndim == 0:
+    return np.stack(arrays).astype(np.int32)
+  width = max(a.shape[0] for a in arrays)
+  return np.stack([np.pad(a, (0, width - a.shape[0]), constant_values=pad)
+                   for a in arrays]).astype(np.int32)

@@ -20,6 +20,7 @@ import os
 
 import numpy as np
 
+from fedjax_bench.data import per_seed
 from fedjax_bench.data.federated import Dataset, FederatedData
 from fedjax_bench.data.partition import PARTITIONS
 from fedjax_bench.data.pfl_synthetic import gaussmix_shards, synth_pfl
@@ -111,18 +112,49 @@ def _load_image(name: str, num_clients: int, partition: str, alpha: float,
   if partition not in PARTITIONS:  # fail before the (possibly slow) load
     raise UsageError(f"unknown partition {partition!r}; choose one of {', '.join(PARTITIONS)}")
   a = load_arrays(name, data_dir=data_dir, cache_dir=cache_dir)
-  c = a["num_classes"]
-  clients = make_partition(partition, a["train_y"], num_clients, seed, alpha=alpha,
-                           shards_per_client=shards_per_client, num_classes=c,
-                           shard_size=shard_size, pool_size=pool_size,
-                           num_shards=num_shards)
+  clients = _image_partition(a, partition, num_clients, seed, alpha, shards_per_client,
+                             shard_size, pool_size, num_shards)
+  return _image_dataset(name, a, clients)
+
+
+def _image_partition(a: dict, partition: str, num_clients: int, seed: int, alpha: float,
+                     shards_per_client: int, shard_size: int, pool_size: int,
+                     num_shards: int) -> list[np.ndarray]:
+  return make_partition(partition, a["train_y"], num_clients, seed, alpha=alpha,
+                        shards_per_client=shards_per_client, num_classes=a["num_classes"],
+                        shard_size=shard_size, pool_size=pool_size, num_shards=num_shards)
+
+
+def _image_dataset(name: str, a: dict, clients: list[np.ndarray]) -> Dataset:
   train = FederatedData.from_partition(a["train_x"], a["train_y"], clients)
   spec = IMAGE_SPECS[name]
   return Dataset(name=name, train=train, test_x=a["test_x"],
-                 test_y=a["test_y"].astype(np.int32), num_classes=c,
+                 test_y=a["test_y"].astype(np.int32), num_classes=a["num_classes"],
                  feature_shape=tuple(a["train_x"].shape[1:]), is_image=True,
                  normalize_mean=spec.normalize_mean, normalize_std=spec.normalize_std,
                  augmentation=spec.augmentation)
+
+
+def load_per_seed(name: str, *, seeds, partition_seed: int = 0, **kwargs) -> per_seed.PerSeed:
+  """`load` once per seed, seed s with partition seed ``per_seed.data_seed(partition_seed,
+  s)``, as one pool of examples and an index map per seed (``per_seed.PerSeed``). A fixed
+  dataset (the image datasets) is read once and only partitioned per seed; a generated one
+  is generated per seed. ``kwargs``: `load`'s."""
+  data_seeds = [per_seed.data_seed(partition_seed, s) for s in seeds]
+  if name in DATASETS and name in IMAGE_SPECS:
+    partition = kwargs.get("partition") or DEFAULT_PARTITION.get(name, "iid")
+    if partition not in PARTITIONS:
+      raise UsageError(f"unknown partition {partition!r}; choose one of "
+                       f"{', '.join(PARTITIONS)}")
+    a = load_arrays(name, data_dir=kwargs.get("data_dir"), cache_dir=kwargs.get("cache_dir"))
+    clients = [_image_partition(a, partition, kwargs["num_clients"], d,
+                                kwargs.get("alpha", 0.5), kwargs.get("shards_per_client", 2),
+                                kwargs.get("shard_size", 0), kwargs.get("pool_size", 10000),
+                                kwargs.get("num_shards", 0)) for d in data_seeds]
+    pool = _image_dataset(name, a, [np.arange(len(a["train_y"]))])
+    return per_seed.from_partitions(pool, clients, seeds, data_seeds)
+  datasets = [load(name, partition_seed=d, **kwargs) for d in data_seeds]
+  return per_seed.from_datasets(datasets, seeds, data_seeds)
 
 
 __all__ = [
@@ -136,6 +168,7 @@ __all__ = [
   "gaussian_mixture",
   "leaf_synthetic",
   "load",
+  "load_per_seed",
   "load_arrays",
   "make_partition",
   "scalar_quadratic",

@@ -8,6 +8,7 @@ FedAWE paper) carry a per-client state. Every model is a `Participation`.
 """
 
 import numbers
+from typing import Callable
 
 import jax
 import jax.numpy as jnp
@@ -109,6 +110,19 @@ def make(dynamics: str, base, *, period: int = 20, gamma: float = 0.3, delta0: f
   `delta0` the interleaved sine's cut-off, `markov_a` the Markov chain's
   inactive-to-active rate. `cap=0` picks the cohort bound from the busiest round.
   """
+  arrays, cap, from_arrays = prepare(dynamics, base, period=period, gamma=gamma,
+                                     delta0=delta0, staircase_low=staircase_low,
+                                     markov_a=markov_a, p_min=p_min, cap=cap)
+  return from_arrays(arrays, cap)
+
+
+def prepare(dynamics: str, base, *, period: int = 20, gamma: float = 0.3, delta0: float = 0.1,
+            staircase_low: float = 0.4, markov_a: float = 0.05, p_min: float = 0.0,
+            cap: int = 0) -> tuple[dict, int, Callable[[dict, int], Participation]]:
+  """`make` in two halves: the host work on `base` (float64, per client), giving a dict of
+  [n] arrays and the static cap, and ``from_arrays(arrays, cap) -> Participation``, which
+  may take those arrays traced. Runs with their own base probabilities (--data_per_seed)
+  stack their dicts and rebuild the scheme inside the vmapped program (`make_per_run`)."""
   _check_factor_args(dynamics, period, gamma, staircase_low)
   if not 0 <= delta0 <= 1:
     raise UsageError(f"delta0={delta0} must be in [0, 1]")
@@ -123,13 +137,24 @@ def make(dynamics: str, base, *, period: int = 20, gamma: float = 0.3, delta0: f
     raise UsageError("base availability probabilities must be a non-empty vector in [0, 1]")
   p = np.maximum(p, p_min)
   if dynamics == "markov":
-    part = _markov(p, markov_a)
+    arrays, auto_cap, from_arrays = _markov(p, markov_a)
   elif dynamics == "cyclic":
-    part = _cyclic(p, period)
+    arrays, auto_cap, from_arrays = _cyclic(p, period)
   else:
-    part = _factored(p, factor_table(dynamics, period, gamma, staircase_low),
-                     delta0 if dynamics == "interleaved_sine" else None)
-  return part._replace(cap=min(cap, p.size)) if cap else part
+    arrays, auto_cap, from_arrays = _factored(
+        p, factor_table(dynamics, period, gamma, staircase_low),
+        delta0 if dynamics == "interleaved_sine" else None)
+  return arrays, min(cap, p.size) if cap else auto_cap, from_arrays
+
+
+def make_per_run(dynamics: str, bases, **kwargs) -> tuple[dict, int, Callable]:
+  """`prepare` for several runs' base probabilities ``bases`` [runs, n]: their arrays
+  stacked (run axis first, as float32/int32 host arrays), the largest cap, and
+  ``from_arrays(one run's arrays, cap) -> Participation``."""
+  prepared = [prepare(dynamics, b, **kwargs) for b in np.asarray(bases, np.float64)]
+  stacked = {k: np.stack([np.asarray(jnp.asarray(a[k])) for a, _, _ in prepared])
+             for k in prepared[0][0]}
+  return stacked, max(c for _, c, _ in prepared), prepared[0][2]
 
 
 def _cap(peak: np.ndarray) -> int:
@@ -139,34 +164,42 @@ def _cap(peak: np.ndarray) -> int:
   return participation.cap_for(peak)
 
 
-def _factored(p: np.ndarray, table: np.ndarray, delta0) -> Participation:
-  n, period = p.size, table.size
-  p32, f32 = jnp.asarray(p, jnp.float32), jnp.asarray(table, jnp.float32)
+def _factored(p: np.ndarray, table: np.ndarray, delta0):
+  period = table.size
+  f32 = jnp.asarray(table, jnp.float32)
   peak = np.clip(p * table.max(), 0, 1)
+  arrays = {"p": jnp.asarray(p, jnp.float32)}
   if delta0 is not None:
     # A client's cut phases are those with the smallest f, so the cut is decided
     # on the host in float64 and kept on device as integers: phase t is kept iff
     # its rank in f's order is at least the client's number of cut phases.
     sorted_f = np.sort(table)
-    threshold = np.full(n, np.inf)
+    threshold = np.full(p.size, np.inf)
     np.divide(delta0 * (1 - _CUT_RTOL), p, out=threshold, where=p > 0)
     num_cut = np.searchsorted(sorted_f, threshold, side="left")
     rank = np.empty(period, np.int64)
     rank[np.argsort(table, kind="stable")] = np.arange(period)
-    num_cut_j, rank_j = jnp.asarray(num_cut, jnp.int32), jnp.asarray(rank, jnp.int32)
+    arrays["num_cut"] = jnp.asarray(num_cut, jnp.int32)
+    rank_j = jnp.asarray(rank, jnp.int32)
     peak = np.where(num_cut < period, peak, 0.0)
 
-  def probs(t):
-    phase = jnp.asarray(t) % period
-    pt = jnp.clip(p32 * f32[phase], 0.0, 1.0)
-    if delta0 is not None:
-      pt = jnp.where(rank_j[phase] >= num_cut_j, pt, 0.0)
-    return pt
+  def from_arrays(arrays, cap):
+    p32 = arrays["p"]
+    n = p32.shape[0]
 
-  def sample(key, t):
-    return jax.random.uniform(key, (n,)) < probs(t)
+    def probs(t):
+      phase = jnp.asarray(t) % period
+      pt = jnp.clip(p32 * f32[phase], 0.0, 1.0)
+      if delta0 is not None:
+        pt = jnp.where(rank_j[phase] >= arrays["num_cut"], pt, 0.0)
+      return pt
 
-  return participation.stateless(n, _cap(peak), sample, probs)
+    def sample(key, t):
+      return jax.random.uniform(key, (n,)) < probs(t)
+
+    return participation.stateless(n, cap, sample, probs)
+
+  return arrays, _cap(peak), from_arrays
 
 
 def markov_rates(p: np.ndarray, a: float) -> tuple[np.ndarray, np.ndarray]:
@@ -180,22 +213,27 @@ def markov_rates(p: np.ndarray, a: float) -> tuple[np.ndarray, np.ndarray]:
   return to_active, np.minimum(to_inactive, 1.0)
 
 
-def _markov(p: np.ndarray, a: float) -> Participation:
-  n = p.size
+def _markov(p: np.ndarray, a: float):
   to_active, to_inactive = markov_rates(p, a)
-  up, down = jnp.asarray(to_active, jnp.float32), jnp.asarray(to_inactive, jnp.float32)
-  p32 = jnp.asarray(p, jnp.float32)
+  arrays = {"up": jnp.asarray(to_active, jnp.float32),
+            "down": jnp.asarray(to_inactive, jnp.float32), "p": jnp.asarray(p, jnp.float32)}
 
-  def init(key):
-    return jax.random.uniform(key, (n,)) < p32  # the stationary distribution
+  def from_arrays(arrays, cap):
+    up, down, p32 = arrays["up"], arrays["down"], arrays["p"]
+    n = p32.shape[0]
 
-  def step(key, t, active):
-    del t
-    u = jax.random.uniform(key, (n,))
-    active = jnp.where(active, u >= down, u < up)  # transition, then report
-    return active, active
+    def init(key):
+      return jax.random.uniform(key, (n,)) < p32  # the stationary distribution
 
-  return Participation(n, _cap(p), step, init, lambda t: p32)
+    def step(key, t, active):
+      del t
+      u = jax.random.uniform(key, (n,))
+      active = jnp.where(active, u >= down, u < up)  # transition, then report
+      return active, active
+
+    return Participation(n, cap, step, init, lambda t: p32)
+
+  return arrays, _cap(p), from_arrays
 
 
 def cyclic_lengths(p: np.ndarray, period: int) -> tuple[np.ndarray, np.ndarray]:
@@ -207,21 +245,26 @@ def cyclic_lengths(p: np.ndarray, period: int) -> tuple[np.ndarray, np.ndarray]:
   return active, np.maximum(1, period - active)
 
 
-def _cyclic(p: np.ndarray, period: int) -> Participation:
-  n = p.size
+def _cyclic(p: np.ndarray, period: int):
   active, inactive = cyclic_lengths(p, period)
   length = active + inactive
   fraction = active / length
-  active_j, length_j = jnp.asarray(active, jnp.int32), jnp.asarray(length, jnp.int32)
-  fraction_j = jnp.asarray(fraction, jnp.float32)
+  arrays = {"active": jnp.asarray(active, jnp.int32), "length": jnp.asarray(length, jnp.int32),
+            "fraction": jnp.asarray(fraction, jnp.float32)}
 
-  def init(key):
-    # The phase is uniform over the whole cycle, so the marginal is active/length in
-    # every round (fedau starts everyone inactive, which synchronises the clients).
-    return jax.random.randint(key, (n,), 0, length_j, jnp.int32)
+  def from_arrays(arrays, cap):
+    active_j, length_j, fraction_j = arrays["active"], arrays["length"], arrays["fraction"]
+    n = active_j.shape[0]
 
-  def step(key, t, phase):
-    del key
-    return (jnp.asarray(t, jnp.int32) + phase) % length_j < active_j, phase
+    def init(key):
+      # The phase is uniform over the whole cycle, so the marginal is active/length in
+      # every round (fedau starts everyone inactive, which synchronises the clients).
+      return jax.random.randint(key, (n,), 0, length_j, jnp.int32)
 
-  return Participation(n, participation.cap_for(fraction), step, init, lambda t: fraction_j)
+    def step(key, t, phase):
+      del key
+      return (jnp.asarray(t, jnp.int32) + phase) % length_j < active_j, phase
+
+    return Participation(n, cap, step, init, lambda t: fraction_j)
+
+  return arrays, participation.cap_for(fraction), from_arrays

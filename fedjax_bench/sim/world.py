@@ -1,6 +1,6 @@
 """The world an algorithm is built against: who is available, how much each client computes."""
 
-from typing import Any, NamedTuple, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -11,6 +11,13 @@ from fedjax_bench.errors import UsageError
 from fedjax_bench.sim.participation import Participation
 
 
+class WorldView(NamedTuple):
+  """One run's part of the world with --data_per_seed (leaves may be traced)."""
+  client_steps: jax.Array  # [num_clients] int32
+  participation: Any = None  # the arrays `World.rebuild` takes; None: the shared scheme
+  rates: Any = None          # [num_clients] float32 asynchronous client rates, or None
+
+
 class World(NamedTuple):
   participation: Participation
   client_steps: jax.Array  # [num_clients] int32 local steps each client runs
@@ -18,6 +25,21 @@ class World(NamedTuple):
   # When messages arrive (sim/asynchrony.Clock), for asynchronous algorithms; None:
   # they build one from their async_* hyperparameters.
   clock: Optional[Any] = None
+  # Asynchronous client rates lambda_i given by the world (a run's own, --data_per_seed);
+  # None: algorithms draw them from their async_* hyperparameters.
+  rates: Optional[Any] = None
+  # (arrays, cap) -> Participation: the scheme rebuilt from a run's arrays
+  # (`availability.prepare`), for runs with their own availability probabilities.
+  rebuild: Optional[Callable] = None
+
+  def for_run(self, view: WorldView) -> "World":
+    """The world as one run sees it: its step budgets, availability and rates. Static
+    bounds (max_steps, the cohort cap) are the base world's, the maxima over runs."""
+    part = self.participation
+    if view.participation is not None:
+      part = self.rebuild(view.participation, part.cap)
+    return self._replace(participation=part, client_steps=view.client_steps,
+                         rates=self.rates if view.rates is None else view.rates)
 
   @property
   def num_clients(self) -> int:
