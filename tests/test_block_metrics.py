@@ -84,7 +84,7 @@ def test_async_per_message_metrics_with_poisson_aggregation():
   task = regression_task(prob.xs, prob.ys)
   world = make_world(prob.n, 2)
   hp = {"client_lr": 0.3, "batch_size": 4, "aggregation": "poisson", "async_delta": 2,
-        "sim_time": 0.37}
+        "sim_time": 0.41}
   build = lambda h: algorithms.get("fedbuff").build(task, world, h)
   out = engine.run(build, task, hp, seeds=SEEDS, rounds=ROUNDS, eval_every=EVAL_EVERY)
   names = ("staleness", "event_staleness", "client_loss")

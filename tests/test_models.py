@@ -49,7 +49,7 @@ def test_cnn_fedavg_learns_bright_from_dark_images():
   server, clients = alg.init(jax.random.PRNGKey(0))
   step = jax.jit(alg.round)
   before = task.evaluate(server.params)
-  for t in range(10):
+  for t in range(20):
     server, clients, _ = step(server, clients, jax.random.PRNGKey(t))
   after = task.evaluate(server.params)
   assert float(after["test_accuracy"]) >= 0.9

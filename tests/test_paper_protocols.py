@@ -62,10 +62,15 @@ def test_drop_last_epoch_counts_local_steps_by_full_batches():
 
 
 def _flags(argv):
+  """The configuration ``argv`` resolves to; the global flags are left unparsed after (the
+  reference curves of other tests need the defaults)."""
   cli.FLAGS.unparse_flags()
-  cli.parse_argv(["x", *argv])
-  given = {f.name for f in cli.FLAGS.get_flags_for_module(cli._MODULE) if f.present}
-  return experiment.with_defaults(cli.our_flags(), given)
+  try:
+    cli.parse_argv(["x", *argv])
+    given = {f.name for f in cli.FLAGS.get_flags_for_module(cli._MODULE) if f.present}
+    return experiment.with_defaults(cli.our_flags(), given)
+  finally:
+    cli.FLAGS.unparse_flags()
 
 
 @pytest.mark.skipif(shared_tfds_dir() is None, reason="needs the real MNIST")

@@ -124,7 +124,7 @@ EXAMPLE1 = [
     # name, client_lr (s = 1, eta_g = 1), target(p), tolerance, seeds, rounds
     ("fedavg", 0.1, lambda p: active_fixed_point(p, U2), 0.25, 128, 6000),
     ("fedavg_all", 0.1, lambda p: all_fixed_point(p, U2), 0.25, 128, 6000),
-    ("fedavg_known", 0.1, lambda p: 50.0, 0.4, 128, 6000),
+    ("fedavg_known", 0.1, lambda p: 50.0, 0.4, 192, 6000),  # 1/p_i weights: noisier
     ("mifa", 0.1, lambda p: 50.0, 0.02, 8, 3000),     # deterministic once both were seen
     ("fedvarp", 0.1, lambda p: 50.0, 0.02, 8, 3000),
     ("fedau", 0.05, lambda p: fedau_fixed_point(p, U2), 0.4, 128, 6000),
