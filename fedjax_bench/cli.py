@@ -483,7 +483,6 @@ def _run() -> int:
   # Heavy imports wait until the flags are known to be good.
   import jax
   from fedjax_bench import engine
-  from fedjax_bench import experiment
   from fedjax_bench.core import memory
 
   seeds = parse_seeds(FLAGS.seeds)

@@ -113,10 +113,9 @@ def flags(name: str) -> dict:
 
 
 def default_flags() -> dict:
-  """The CLI's flag values when no flag is given."""
+  """The CLI's flag values when no flag is given (read from the flag definitions, without
+  parsing: other modules' required flags, a benchmark script's say, stay out of it)."""
   from fedjax_bench import cli
-  if not cli.FLAGS.is_parsed():
-    cli.parse_argv(["reference"])
   values = cli.our_flags()
   changed = [f.name for f in cli.FLAGS.get_flags_for_module(cli._MODULE)
              if f.value != f.default]

@@ -17,6 +17,16 @@ from fedjax_bench.data.federated import Dataset, FederatedData  # noqa: E402
 from fedjax_bench.sim import participation, world as world_lib  # noqa: E402
 
 
+def device_probe(script, out, devices: int, *args, timeout=300):
+  """Runs ``script OUT ARGS`` on ``devices`` forced CPU devices; np.load of OUT."""
+  import subprocess
+  env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
+             JAX_PLATFORMS="cpu")
+  subprocess.run([sys.executable, str(script), str(out), *args], check=True, env=env,
+                 timeout=timeout)
+  return np.load(out)
+
+
 def shared_tfds_dir() -> Path | None:
   """The real MNIST in TFDS format: $TFDS_DATA_DIR, else ../shared/tfds beside the repo."""
   for d in (os.environ.get("TFDS_DATA_DIR"), REPO.parent / "shared" / "tfds"):

@@ -16,7 +16,7 @@ import jax
 import numpy as np
 import pytest
 
-from conftest import REPO
+from conftest import REPO, device_probe
 from fedjax_bench import data, engine, experiment, reference
 from fedjax_bench.core import memory
 from fedjax_bench.errors import UsageError
@@ -170,12 +170,7 @@ def test_seed_spread_is_wider_with_data_per_seed():
 
 
 def _probe(tmp_path, devices, seeds):
-  out = tmp_path / f"d{devices}.npz"
-  env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
-             JAX_PLATFORMS="cpu")
-  subprocess.run([sys.executable, str(PROBE), str(out), seeds], check=True, env=env,
-                 timeout=300)
-  return np.load(out)
+  return device_probe(PROBE, tmp_path / f"d{devices}.npz", devices, seeds)
 
 
 def test_one_device_equals_four(tmp_path):

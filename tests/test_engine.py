@@ -1,14 +1,11 @@
 """The engine: determinism, seeds as one program, 1 device equals 4."""
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from conftest import toy_setup
+from conftest import device_probe, toy_setup
 from fedjax_bench import engine
 from fedjax_bench.algorithms import fedavg
 
@@ -53,12 +50,7 @@ def test_grid_points_equal_separate_runs():
 
 
 def _probe(tmp_path, devices, seeds="0,1,2,3"):
-  out = tmp_path / f"d{devices}_{seeds}.npz"
-  env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
-             JAX_PLATFORMS="cpu")
-  subprocess.run([sys.executable, str(PROBE), str(out), seeds], check=True, env=env,
-                 timeout=300)
-  return np.load(out)
+  return device_probe(PROBE, tmp_path / f"d{devices}_{seeds}.npz", devices, seeds)
 
 
 def test_one_device_equals_four(tmp_path):

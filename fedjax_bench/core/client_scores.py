@@ -6,7 +6,6 @@ admits free clients whose score is close to the priority clients'.
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 
 def per_client(task, params) -> tuple[jax.Array, jax.Array]:
