@@ -1,4 +1,4 @@
-"""How fast can logistic-regression local training be with XLA's dots alone? (issue 2)
+"""How fast can logistic-regression local training be with XLA's dots alone?
 
   python benchmarks/dot_ceiling.py [--batch=32] [--clients=4] [--steps=10]
 

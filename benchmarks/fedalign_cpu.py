@@ -1,4 +1,4 @@
-"""FedALIGN's experiments at CPU scale (spec 004_fedalign §5, §6; issue 7).
+"""FedALIGN's experiments at CPU scale (spec 004_fedalign §5, §6).
 
   python benchmarks/fedalign_cpu.py [--experiments=cpu1,cpu2,fig1_mnist,...] [--seeds=5]
                                     [--output_dir=results/fedalign] [--write_flagfiles]

@@ -1,4 +1,4 @@
-"""The memory model of every algorithm, measured from state shapes (issue 9).
+"""The memory model of every algorithm, measured from state shapes.
 
   python benchmarks/memory_model.py [--output=results/speed/memory_model.md]
 

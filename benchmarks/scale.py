@@ -1,4 +1,4 @@
-"""Scale workloads of issue 9: populations, seeds in one program, clients generated on demand.
+"""Scale workloads: populations, seeds in one program, clients generated on demand.
 
   python benchmarks/scale.py [--workloads=w4,w5,w6] [--repeats=5] [--output_dir=results/speed]
 

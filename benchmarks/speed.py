@@ -3,7 +3,7 @@
   python benchmarks/speed.py [--workloads=w1,w2,w3,logreg32] [--rounds=0] [--repeats=5]
                              [--output_dir=results/speed]
 
-Workloads (issue 9; logreg32 is issue 2's): FedAvg on MNIST-shaped generated data, 100
+Workloads (logreg32: the foundation's batch-32 target): FedAvg on MNIST-shaped generated data, 100
 clients x 600 examples, full participation (100 clients per round), 10 local SGD steps,
 client_lr 0.1, softmax cross entropy.
   w1: logistic regression, batch 10     w2: the 784-200-200-10 MLP, batch 32

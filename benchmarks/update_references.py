@@ -1,4 +1,4 @@
-"""Regenerates the reference convergence curves, results/reference/NAME.json (issue 8).
+"""Regenerates the reference convergence curves, results/reference/NAME.json.
 
   python benchmarks/update_references.py                 # every algorithm, then overwrite
   python benchmarks/update_references.py --algos=fedavg,area

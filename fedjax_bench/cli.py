@@ -257,7 +257,7 @@ flags.DEFINE_string("data_dir", None, "TFDS data dir (default $TFDS_DATA_DIR, th
 flags.DEFINE_string("cache_dir", None, "Converted-dataset cache (default $FEDJAX_BENCH_CACHE, "
                     "then ~/.cache/fedjax_bench).", module_name=_MODULE)
 
-# --- issue 6: loss-aware aggregation (spec 003_hetero_agg) ---------------------------------
+# --- loss-aware aggregation (spec 003_hetero_agg) -------------------------------------------
 flags.DEFINE_integer("fedmax_k", 10, "fedmax_k: uniform weight on the k clients with the "
                      "largest loss at the global model.", module_name=_MODULE)
 flags.DEFINE_float("softmax_beta", 1.0, "fedsoftmax: alpha_i ∝ p_i exp(beta * loss_i) "
@@ -279,9 +279,8 @@ flags.DEFINE_integer("pool_size", 10000, "--partition=noniid|very_noniid|iid_unb
                      "seeded random subset of this many training examples is partitioned "
                      "(0: all).", module_name=_MODULE)
 flags.register_validator("alpha_floor", lambda v: 0 <= v <= 1, "--alpha_floor must be in [0, 1]")
-# --- end issue 6 ----------------------------------------------------------------------------
 
-# --- issue 8: checkpoints and resume ---------------------------------------------------------
+# --- checkpoints, resume and checks -----------------------------------------------------------
 flags.DEFINE_integer("checkpoint_every", 1, "Save the whole simulation to OUTPUT_DIR/"
                      "checkpoint.npz after every this many evaluations (0: never); it is "
                      "removed when the run's results are written.", module_name=_MODULE)
@@ -293,7 +292,7 @@ flags.DEFINE_bool("resume", False, "Continue from OUTPUT_DIR/checkpoint.npz, bit
                   "skipped.", module_name=_MODULE)
 flags.register_validator("checkpoint_every", lambda v: v >= 0, "--checkpoint_every must be >= 0")
 
-# --- issue 9: several processes (multi-host) -------------------------------------------------
+# --- several processes (multi-host) ---------------------------------------------------------
 flags.DEFINE_bool("distributed", False, "Run as one process of a multi-host job: calls "
                   "jax.distributed.initialize() (on TPU pods and SLURM/Open MPI it finds its "
                   "peers itself; elsewhere give --coordinator_address, --num_processes and "
@@ -306,7 +305,7 @@ flags.DEFINE_integer("num_processes", 0, "--distributed: how many processes (0: 
 flags.DEFINE_integer("process_id", -1, "--distributed: this process's index (-1: detect).",
                      module_name=_MODULE)
 
-# --- issue 7: prioritized FL, FedALIGN (spec 004_fedalign) ------------------------------------
+# --- prioritized FL, FedALIGN (spec 004_fedalign) --------------------------------------------
 flags.DEFINE_integer("num_priority", 0, "Prioritized FL: priority clients, chosen at random "
                      "(0: 2 for fedalign and its baselines; synth_pfl: 10, gaussmix_shards: "
                      "2). The test set is resampled to their label mix.", module_name=_MODULE)
@@ -371,23 +370,21 @@ flags.DEFINE_float("random_skew", 1.5, "synth_pfl paper_skew: irrelevant data sk
                    module_name=_MODULE)
 for _name in ("priority_fraction", "free_fraction"):
   flags.register_validator(_name, lambda v: 0 < v <= 1, f"--{_name} must be in (0, 1]")
-# --- end issue 7 ----------------------------------------------------------------------------
 
 _POSITIVE = ("async_delta", "async_rate", "async_min_rate", "projection_radius",
              "num_clients", "clients_per_round", "rounds", "batch_size", "eval_every",
              "shards_per_client", "client_lr", "server_lr", "alpha", "local_steps",
              "client_lr_decay_rounds", "availability_period", "fedau_k", "f3ast_beta",
-             "fedmax_k", "lr_decay_per_round",  # issue 6
-             "label_skew", "random_skew")  # issue 7
+             "fedmax_k", "lr_decay_per_round", "label_skew", "random_skew")
 for _name in _POSITIVE:
   flags.register_validator(_name, lambda v: v is None or v > 0, f"--{_name} must be positive")
 _NON_NEGATIVE = ("local_epochs", "fedawe_clip", "f3ast_budget", "ef_restart_after",
                  "ef_restart_from", "final_window", "l2", "async_delay_shape", "sim_time",
                  "async_rate_std", "async_agg_rate", "area_lr_power",
-                 "softmax_beta", "softmax_temperature", "shard_size", "pool_size",  # issue 6
+                 "softmax_beta", "softmax_temperature", "shard_size", "pool_size",
                  "num_priority", "align_epsilon", "align_eps_late", "align_eps_round",
                  "align_eps_end_round", "align_eps_gamma", "selection_batch", "prox_mu",
-                 "num_shards", "synth_aligned")  # issue 7
+                 "num_shards", "synth_aligned")
 for _name in _NON_NEGATIVE:
   flags.register_validator(_name, lambda v: v >= 0, f"--{_name} must be >= 0")
 flags.register_validator("client_width", lambda v: v >= -1, "--client_width must be >= -1")
@@ -606,8 +603,8 @@ def _short(report: dict) -> dict:
 # Flags that change neither the numbers nor which runs there are: a checkpoint written
 # with other values of these still resumes. (--rounds may grow to extend a run.)
 _NOT_IN_FINGERPRINT = ("output_dir", "name", "resume", "check_only", "checkpoint_every",
-                       "data_dir", "cache_dir", "distributed", "coordinator_address", "num_processes",
-                       "process_id", "rounds", "seeds", "sweep")
+                       "data_dir", "cache_dir", "distributed", "coordinator_address",
+                       "num_processes", "process_id", "rounds", "seeds", "sweep")
 
 
 def run_fingerprint(cfg: dict, seeds: list[int], grid: list[dict]) -> dict:

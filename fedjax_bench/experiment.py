@@ -35,12 +35,12 @@ HPARAM_KEYS = ("client_lr", "server_lr", "batch_size", "sampling", "weighting", 
                "projection_radius", "fedbuff_divisor", "fedbuff_staleness", "asfedavg_mode",
                "sfedavg_weighting")
 HPARAM_KEYS += ("softmax_beta", "fedmax_k", "alpha_floor", "lr_decay_per_round",
-                "record_alpha")  # issue 6
+                "record_alpha")  # loss-aware aggregation
 HPARAM_KEYS += ("prox_mu", "align_epsilon", "align_score", "align_inequality",
                 "align_eps_schedule", "align_eps_late", "align_eps_round", "align_eps_end_round",
                 "align_eps_gamma", "selection_batch", "warmup_rounds", "priority_fraction",
                 "free_fraction", "priority_sampling", "free_sampling", "compat",
-                "local_client", "record_admitted")  # issue 7
+                "local_client", "record_admitted")  # prioritized FL
 
 
 @dataclasses.dataclass
@@ -68,12 +68,12 @@ def _load_kwargs(cfg: dict) -> dict:
       cache_dir=cfg.get("cache_dir"), synthetic_alpha=cfg["synthetic_alpha"],
       synthetic_beta=cfg["synthetic_beta"],
       quadratic_variant=cfg.get("quadratic_variant", "heterogeneous"),
-      shard_size=cfg.get("shard_size", 0), pool_size=cfg.get("pool_size", 10000),  # issue 6
+      shard_size=cfg.get("shard_size", 0), pool_size=cfg.get("pool_size", 10000),
       num_shards=cfg.get("num_shards", 0), num_priority=cfg.get("num_priority", 0),
       pfl={"noise": cfg.get("synth_noise", "groups"),
            "num_aligned": cfg.get("synth_aligned", 6),
            "label_skew": cfg.get("label_skew", 1.5),
-           "random_skew": cfg.get("random_skew", 1.5)})  # issue 7
+           "random_skew": cfg.get("random_skew", 1.5)})
 
 
 def make_participation(cfg: dict, dataset: Dataset,
@@ -137,15 +137,23 @@ def setup(cfg: dict, *, dataset: Dataset | None = None, participation_given: boo
   if cfg.get("optimality_gap") or cfg["dataset"] == "quadratic":
     task = optimum.attach(task, cache_dir=cfg.get("cache_dir"))
   part = _participation(cfg, dataset, participation_given)
-  steps = world_lib.client_steps(dataset.train.counts, local_steps=cfg["local_steps"],
-                                 local_epochs=cfg["local_epochs"], batch_size=cfg["batch_size"],
-                                 drop_last=cfg.get("sampling") == "shuffle_drop_last")
-  world = world_lib.make(part, steps)
-  hparams = {k: cfg[k] for k in HPARAM_KEYS}
-  hparams["server_opt_kwargs"] = server_opt_kwargs(cfg)
+  world = world_lib.make(part, client_steps(cfg, dataset.train.counts))
+  hparams = algorithm_hparams(cfg)
   build = lambda hp: algorithm.build(task, world, hp)
   build(hparams)  # bad hyperparameters fail here, before anything runs
   return Experiment(dataset, task, world, hparams, build)
+
+
+def client_steps(cfg: dict, counts) -> np.ndarray:
+  """Each client's local steps from the flags and its example count."""
+  return world_lib.client_steps(counts, local_steps=cfg["local_steps"],
+                                local_epochs=cfg["local_epochs"], batch_size=cfg["batch_size"],
+                                drop_last=cfg.get("sampling") == "shuffle_drop_last")
+
+
+def algorithm_hparams(cfg: dict) -> dict:
+  """The flags an algorithm's ``build`` reads, by name, and the server optimizer's."""
+  return {**{k: cfg[k] for k in HPARAM_KEYS}, "server_opt_kwargs": server_opt_kwargs(cfg)}
 
 
 def make_model(cfg: dict, dataset: Dataset):
@@ -216,15 +224,10 @@ def setup_per_seed(cfg: dict, seeds, *, participation_given: bool = False) -> Ex
     part = rebuild(_row(arrays, 0), cap)
   else:  # the same scheme for every seed
     part = _participation(cfg, dataset, participation_given)
-  steps = np.stack([world_lib.client_steps(layout.counts, local_steps=cfg["local_steps"],
-                                           local_epochs=cfg["local_epochs"],
-                                           batch_size=cfg["batch_size"],
-                                           drop_last=cfg.get("sampling") == "shuffle_drop_last")
-                    for layout in per_seed.layouts])
+  steps = np.stack([client_steps(cfg, layout.counts) for layout in per_seed.layouts])
   world = world_lib.make(part, steps[0])._replace(max_steps=max(int(steps.max()), 1),
                                                   rebuild=rebuild)
-  hparams = {k: cfg[k] for k in HPARAM_KEYS}
-  hparams["server_opt_kwargs"] = server_opt_kwargs(cfg)
+  hparams = algorithm_hparams(cfg)
   rates = None
   if cfg["algo"] in algorithms.ASYNCHRONOUS and cfg.get("async_rates", "uniform") != "uniform":
     rates = np.stack([asynchronous.client_rates({**hparams, "partition_seed": d},
@@ -364,7 +367,7 @@ def check_flags_used(exp: Experiment, algo: str, given) -> None:
 
 
 def with_priority(dataset: Dataset, cfg: dict) -> tuple[Dataset, dict]:
-  """Priority roles and the test set the prioritized objective needs (issue 7), and
+  """Priority roles and the test set the prioritized objective needs, and
   local_model's client resolved; unchanged without --num_priority or a PFL algorithm."""
   pfl = cfg["algo"] in algorithms.PRIORITIZED
   if not (pfl or cfg.get("num_priority", 0) or dataset.priority is not None):
@@ -383,9 +386,9 @@ def with_defaults(cfg: dict, given) -> dict:
   ``given`` (the names the user set), the event count from --sim_time when --rounds is not
   given, and about 20 evaluations when --eval_every is not given."""
   algo, name = cfg["algo"], cfg["dataset"]
-  if algo in HETERO_AGG_ALGOS:  # issue 6
+  if algo in HETERO_AGG_ALGOS:
     return hetero_agg_defaults(cfg, given)
-  if algo in algorithms.PRIORITIZED:  # issue 7
+  if algo in algorithms.PRIORITIZED:
     return prioritized_defaults(cfg, given)
   if algo not in algorithms.ASYNCHRONOUS:
     return cfg
@@ -464,7 +467,7 @@ def _simulated_rounds(cfg: dict, rates: np.ndarray, horizon: float, trials: int 
   return int(np.ceil(1.1 * counts.max())) + 10
 
 
-# --- issue 6: the FedSoftMax paper's MNIST setting (spec 003 §6), for the flags not given --
+# --- the FedSoftMax paper's MNIST setting (spec 003 §6), for the flags not given ------------
 HETERO_AGG_ALGOS = ("fedmax", "fedmax_k", "fedsoftmax", "fednova")
 HETERO_AGG_DEFAULTS = {
     "mnist": dict(num_clients=50, participation="full", partition="very_noniid",
@@ -487,7 +490,7 @@ def hetero_agg_defaults(cfg: dict, given) -> dict:
   return cfg
 
 
-# --- issue 7: prioritized FL (spec 004 §3), for the flags not given ---------------------------
+# --- prioritized FL (spec 004 §3), for the flags not given ----------------------------------
 def prioritized_defaults(cfg: dict, given) -> dict:
   """Full participation (the algorithms sample P and the free clients themselves),
   data-size weights, a warm-up of a tenth of the rounds, --prox_mu 1 for the FedProx

@@ -1,4 +1,4 @@
-"""Reference convergence curves (issue 8): one small fixed run per algorithm, committed
+"""Reference convergence curves: one small fixed run per algorithm, committed
 under ``results/reference/NAME.json`` and rerun by ``tests/test_reference_curves.py``.
 
 Every algorithm of ``algorithms.ALGORITHMS`` has one configuration here that needs no
@@ -57,7 +57,7 @@ AVAIL = dict(availability="sine", availability_period=4, availability_p_min=0.1)
 
 # name -> flag overrides on top of COMMON and SYNC/ASYNC; the comment says what it exercises.
 CONFIGS = {
-    # Synchronous FedAvg family (issue 1, 3).
+    # Synchronous FedAvg family and client unavailability.
     "fedavg": dict(participation="uniform", clients_per_round=5, weighting="data_size",
                    server_opt="momentum", server_momentum=0.5),  # data weights, FedAvgM
     "fedavg_all": dict(AVAIL),                   # averages over all n under sine availability
@@ -67,7 +67,7 @@ CONFIGS = {
     "fedawe": dict(AVAIL, client_lr_schedule="inv_sqrt", client_lr_decay_rounds=2),
     "mifa": dict(availability="markov", markov_a=0.3, availability_p_min=0.1),
     "fedvarp": dict(participation="bernoulli", participation_prob=0.3),
-    # Fed-EF (issue 4): compressors and error feedback.
+    # Fed-EF: compressors and error feedback.
     "fedsgd": dict(participation="uniform", clients_per_round=5, compressor="stoc",
                    stoc_bits=2, error_feedback=False),      # direct stochastic quantization
     "fedams": dict(participation="uniform", clients_per_round=5, compressor="hvsign",
@@ -77,20 +77,20 @@ CONFIGS = {
     "fedef_ams": dict(participation="uniform", clients_per_round=5, compressor="topk",
                       compress_k=0.05, down_compressor="topk", down_compress_k=0.2,
                       server_lr=0.03),                      # two-way compression
-    # Asynchronous (issue 5): one round is one server event.
+    # Asynchronous: one round is one server event.
     "area": dict(async_rates="normal", async_rate_std=3.0),
     "fedbuff": dict(fedbuff_staleness="sqrt", async_delta=3),
     "asfedavg": dict(asfedavg_mode="model_average", async_delay="lognormal"),
     "mifa_async": dict(aggregation="poisson"),
     "sfedavg": dict(async_delta=5, sfedavg_weighting="data"),
-    # Loss-aware aggregation (issue 6).
+    # Loss-aware aggregation.
     "fedmax": dict(participation="uniform", clients_per_round=8, lr_decay_per_round=0.9),
     "fedmax_k": dict(participation="uniform", clients_per_round=8, fedmax_k=3),
     "fedsoftmax": dict(participation="uniform", clients_per_round=8, softmax_beta=2.0,
                        alpha_floor=0.1),
     "fednova": dict(participation="uniform", clients_per_round=8, local_epochs=1.0,
                     batch_size=50),              # unequal local step counts (1..15)
-    # Prioritized FL (issue 7): priority clients chosen from --partition_seed.
+    # Prioritized FL: priority clients chosen from --partition_seed.
     "fedalign": dict(num_priority=4, warmup_rounds=2, align_epsilon=0.3),
     "fedavg_priority": dict(num_priority=4, priority_fraction=0.5),
     "fedavg_all_clients": dict(num_priority=4, free_fraction=0.5),

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from conftest import REPO, shared_tfds_dir
-from fedjax_bench.algorithms import ALGORITHMS  # the enums follow the registries (issue 6)
+from fedjax_bench.algorithms import ALGORITHMS  # the enums follow the registries
 from fedjax_bench.core.server_opt import SERVER_OPTS
 from fedjax_bench.data import DATASETS, PARTITIONS
 from fedjax_bench.models import MODELS
@@ -178,7 +178,7 @@ def test_async_algorithm_on_the_quadratic_uses_its_paper_defaults(algo, tmp_path
   assert gap[-1] < 0.5 * gap[0], gap
 
 
-# --- issue 6: loss-aware aggregation ----------------------------------------------------------
+# --- loss-aware aggregation -------------------------------------------------------------------
 
 @pytest.mark.parametrize("args,message", [
     (["--algo=fedmax_k", "--fedmax_k=0"], "--fedmax_k must be positive"),

@@ -1,5 +1,5 @@
 """--distributed: two processes on this machine (one CPU device each) give the numbers one
-process gives, and only process 0 writes (issue 9)."""
+process gives, and only process 0 writes."""
 
 import json
 import os

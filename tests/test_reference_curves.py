@@ -1,4 +1,4 @@
-"""Reference convergence curves (issue 8): every algorithm's small fixed run
+"""Reference convergence curves: every algorithm's small fixed run
 (fedjax_bench/reference.py) against the curves committed in results/reference/.
 
 * One CPU device, in this process: within reference.RTOL / ATOL of the committed curves,

@@ -1,4 +1,4 @@
-"""Issue 8: checkpoints and resume after SIGKILL, divergence of some runs, bad input."""
+"""Reliability: checkpoints and resume after SIGKILL, divergence of some runs, bad input."""
 
 import json
 import os

@@ -1,4 +1,4 @@
-"""Populations past a mask per round (issue 9): uniform_sparse participation, clients whose
+"""Populations past a mask per round: uniform_sparse participation, clients whose
 data is generated on demand, and both on 1 device and 4."""
 
 import itertools

@@ -1,4 +1,4 @@
-"""Our FedAvg against FedJAX 0.0.17 on W1-W3, side by side in one invocation (issue 9).
+"""Our FedAvg against FedJAX 0.0.17 on W1-W3, side by side in one invocation.
 
   python benchmarks/peers/compare.py [--workloads=w1,w2,w3] [--repeats=3] [--rounds=0]
                                      [--venv=~/.cache/fedjax_bench/fedjax_venv]

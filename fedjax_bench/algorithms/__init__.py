@@ -3,8 +3,8 @@
 from fedjax_bench.algorithms import (area, asfedavg, f3ast, fedau, fedavg, fedavg_all,
                                      fedavg_known, fedawe, fedbuff, fedef, fedvarp, mifa,
                                      mifa_async, sfedavg)
-from fedjax_bench.algorithms import fedmax, fednova  # issue 6
-from fedjax_bench.algorithms import fedalign  # issue 7
+from fedjax_bench.algorithms import fedmax, fednova
+from fedjax_bench.algorithms import fedalign
 from fedjax_bench.errors import UsageError
 
 ALGORITHMS = {
@@ -26,12 +26,12 @@ ALGORITHMS = {
     "asfedavg": asfedavg,
     "mifa_async": mifa_async,
     "sfedavg": sfedavg,
-    # Loss-aware aggregation (issue 6, spec 003): weights from the losses at the global model.
+    # Loss-aware aggregation (spec 003): weights from the losses at the global model.
     "fedmax": fedmax.fedmax,
     "fedmax_k": fedmax.fedmax_k,
     "fedsoftmax": fedmax.fedsoftmax,
     "fednova": fednova,
-    # Prioritized FL (issue 7, spec 004): the objective counts only the priority clients.
+    # Prioritized FL (spec 004): the objective counts only the priority clients.
     # The fedprox_* names are the same methods with --prox_mu defaulting to 1.
     "fedalign": fedalign.fedalign,
     "fedavg_priority": fedalign.fedavg_priority,

@@ -294,8 +294,9 @@ def make_task(dataset: Dataset, model: nn.Module, *, train_eval_examples: int = 
   ``optimum``: see `with_optimum` (core/optimum.py computes one).
   With priority clients (``dataset.priority``), train_loss is scored on their examples.
   """
-  if l2 < 0:
-    raise ValueError(f"l2 must be >= 0, got {l2}")
+  options = _task_options(dataset, loss_type=loss_type, augment=augment,
+                          augment_batchwise=augment_batchwise, eval_grad_norm=eval_grad_norm,
+                          l2=l2)
   t = dataset.train
   if t.num_examples == 0:
     raise ValueError("the training set is empty")
@@ -313,10 +314,7 @@ def make_task(dataset: Dataset, model: nn.Module, *, train_eval_examples: int = 
       test_x=flat(dataset.test_x), test_y=jnp.asarray(dataset.test_y),
       train_eval_x=flat(t.x[idx]), train_eval_y=jnp.asarray(t.y[idx]),
       num_classes=dataset.num_classes, feature_shape=tuple(t.x.shape[1:]),
-      max_count=max(int(t.counts.max()), 1),
-      loss_type=loss_type,
-      augmentation=getattr(dataset, "augmentation", "none") if augment else "none",
-      augment_batchwise=augment_batchwise, eval_grad_norm=eval_grad_norm, l2=float(l2),
+      max_count=max(int(t.counts.max()), 1), **options,
       priority=None if dataset.priority is None else jnp.asarray(dataset.priority),
       aligned=None if dataset.aligned is None else jnp.asarray(dataset.aligned))
   return task if optimum is None else with_optimum(task, optimum)

@@ -55,7 +55,7 @@ def load(name: str, *, num_clients: int, partition: str | None = None,
   """Loads dataset ``name`` split over ``num_clients`` clients.
 
   ``partition=None`` takes the dataset's default (``DEFAULT_PARTITION``, else iid).
-  ``shard_size``, ``pool_size``: the unbalanced shard partitions of issue 6
+  ``shard_size``, ``pool_size``: the unbalanced shard partitions of spec 003
   (``noniid``, ``very_noniid``, ``iid_unbalanced``; 0 = their defaults / all examples).
   ``num_shards``: ``shards_random``'s shard count (0: num_clients * shards_per_client).
   ``num_priority``, ``pfl``: the prioritized-FL generators (``pfl_synthetic``):

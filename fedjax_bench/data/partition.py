@@ -98,7 +98,7 @@ def shards(labels: np.ndarray, num_clients: int, shards_per_client: int,
           for i in range(num_clients)]
 
 
-# --- issue 6 (spec 003_hetero_agg §6.1): the paper's unbalanced shard partitions --------
+# --- the loss-aware aggregation paper's unbalanced shard partitions (spec 003 §6.1) -------
 # Their default shard sizes (--shard_size=0); the pool is a seeded subset of the training
 # set, N * 200 = 10,000 examples in the paper's setting (spec A2).
 PAPER_SHARD_SIZES = {"noniid": 60, "very_noniid": 100, "iid_unbalanced": 60}
@@ -152,7 +152,7 @@ def iid_unbalanced(labels: np.ndarray, num_clients: int, shard_size: int, seed: 
   return [order[owner == i].astype(np.int64) for i in range(num_clients)]
 
 
-# --- issue 7 (spec 004_fedalign §4.1, the authors' general_partition) ----------------------
+# --- FedALIGN's random shards (spec 004_fedalign §4.1, the authors' general_partition) ----
 def shards_random(labels: np.ndarray, num_clients: int, shards_per_client: int,
                   shard_size: int, seed: int, num_shards: int = 0) -> list[np.ndarray]:
   """Each of ``num_shards`` shards (default num_clients * shards_per_client) draws a class
@@ -182,8 +182,8 @@ SHARDS_RANDOM_SIZE = 500  # the paper's FMNIST/CIFAR shards (--shard_size=0)
 
 PARTITIONS: dict[str, Callable[..., list[np.ndarray]]] = {
     "iid": iid, "dirichlet": dirichlet, "shards": shards,
-    "noniid": unbalanced_shards, "very_noniid": unbalanced_shards,  # issue 6
-    "iid_unbalanced": iid_unbalanced, "shards_random": shards_random}  # issue 7
+    "noniid": unbalanced_shards, "very_noniid": unbalanced_shards,
+    "iid_unbalanced": iid_unbalanced, "shards_random": shards_random}
 
 
 def partition(name: str, labels: np.ndarray, num_clients: int, seed: int, *,
@@ -194,7 +194,7 @@ def partition(name: str, labels: np.ndarray, num_clients: int, seed: int, *,
   if name == "shards_random":
     return shards_random(labels, num_clients, shards_per_client,
                          shard_size or SHARDS_RANDOM_SIZE, seed, num_shards)
-  if name in PAPER_SHARD_SIZES:  # issue 6
+  if name in PAPER_SHARD_SIZES:
     size = shard_size or PAPER_SHARD_SIZES[name]
     return PARTITIONS[name](labels, num_clients, size, seed, pool_size)
   if name == "iid":

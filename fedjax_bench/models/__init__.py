@@ -18,7 +18,7 @@ from fedjax_bench.models.paper_cnn import PaperCNN
 from fedjax_bench.models.preprocess import as_normalize
 
 MODELS = ("logreg", "mlp", "cnn") + tuple(small_cnn.CONFIGS) + ("cnn_mnist", "linear")
-MODELS += ("paper_cnn", "paper_cnn_literal")  # issue 6 (spec 003 §6.2)
+MODELS += ("paper_cnn", "paper_cnn_literal")  # the FedSoftMax paper's (spec 003 §6.2)
 _WITH_BIAS_OPTION = ("logreg", "linear")
 
 
@@ -51,7 +51,7 @@ def make(name: str, *, num_classes: int, is_image: bool,
       return CNN(num_classes, normalize=norm)
     if name == "cnn_mnist":
       return MnistCNN(num_classes, normalize=norm)
-    if name in ("paper_cnn", "paper_cnn_literal"):  # issue 6
+    if name in ("paper_cnn", "paper_cnn_literal"):
       return PaperCNN(num_classes, hidden_fc=1600 if name.endswith("literal") else 0,
                       normalize=norm)
     return small_cnn.make(name, num_classes, norm)
