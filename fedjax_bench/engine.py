@@ -18,6 +18,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from fedjax_bench import checkpoint as checkpoint_lib
+from fedjax_bench import settings
 from fedjax_bench.core import cohort, keys
 from fedjax_bench.core import run_data as run_data_lib
 from fedjax_bench.core.task import Task
@@ -150,6 +151,7 @@ def run(build: Builder, task: Task, hparams: dict, *, seeds: list[int], rounds: 
   the loop ends early once every run has diverged.
   """
   start = time.perf_counter()
+  _check_grid(hparams, grid)
   grid = grid or [{}]
   num_seeds, num_runs = len(seeds), len(grid) * len(seeds)
   sharding = run_sharding(num_runs, devices)
@@ -160,7 +162,7 @@ def run(build: Builder, task: Task, hparams: dict, *, seeds: list[int], rounds: 
   extra = _per_run_data(run_data, task, seeds, len(grid), put)
 
   def algorithm(hp_run, *data):
-    return build({**hparams, **hp_run}, *data)
+    return build(_with_point(hparams, hp_run), *data)
 
   # A run's state: (server, clients, t, diverged); `diverged` is 0 or the first round
   # after which the server's parameters were non-finite.
@@ -248,6 +250,26 @@ def run(build: Builder, task: Task, hparams: dict, *, seeds: list[int], rounds: 
             "wall_seconds": wall_seconds, "compile_seconds": compile_seconds}
   return RunOutput(history, timing, state[:3],
                    np.asarray(diverged).reshape(len(grid), num_seeds))
+
+
+def _with_point(hparams, point: dict):
+  """The hyperparameters with a grid point's (traced) values: a settings object's fields
+  replaced, or a plain dict's keys."""
+  if settings.is_settings(hparams):
+    return settings.replace(hparams, point)
+  return {**hparams, **point}
+
+
+def _check_grid(hparams, grid: list[dict]) -> None:
+  """A grid may vary only settings declared sweepable (`settings.setting(sweep=True)`)."""
+  if not grid or not settings.is_settings(hparams):
+    return
+  own = settings.specs(type(hparams))
+  bad = [n for n in grid[0] if n not in own or not own[n].sweep]
+  if bad:
+    raise UsageError(f"grid: {', '.join(bad)} cannot be swept in one program (not a "
+                     f"sweepable setting of {type(hparams).__qualname__}); sweepable: "
+                     f"{', '.join(n for n, s in own.items() if s.sweep)}")
 
 
 def _per_run_data(data, task: Task, seeds, num_points: int, put) -> tuple:

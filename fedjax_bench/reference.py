@@ -1,15 +1,15 @@
 """Reference convergence curves: one small fixed run per algorithm, committed
 under ``results/reference/NAME.json`` and rerun by ``tests/test_reference_curves.py``.
 
-Every algorithm of ``algorithms.ALGORITHMS`` has one configuration here that needs no
-download (LEAF Synthetic, generated from ``--partition_seed``; logistic regression), few
-clients, a few rounds and two seeds, chosen to go through the algorithm's own path (its
+Every algorithm of ``algorithms.ALGORITHMS`` has one configuration that needs no download
+(LEAF Synthetic, generated from ``--partition_seed``; logistic regression), few clients, a
+few rounds and two seeds: ``COMMON``, the schedule of its kind, and its declared defaults
+(``Hparams``); ``CONFIGS`` adds overrides that go through an algorithm's own paths (its
 compressor, availability dynamics, staleness weighting, admission rule, ...). A config is
-built exactly as the command line would build it: the CLI's default flags, the overrides
-below, ``experiment.with_defaults(cfg, given)`` with ``given`` the overridden names, then
-``experiment.setup``, the CLI's unused-flag check and ``engine.run``. ``python
-benchmarks/run.py --algo=NAME --seeds=0,1 --FLAG=VALUE ...`` with the overrides of
-``flags(NAME)`` runs the same thing (on all cores, which changes the last bits).
+resolved exactly as the command line resolves its flags (`config.resolve`: the papers'
+defaults, no setting without effect), then ``experiment.setup`` and ``engine.run``.
+``python benchmarks/run.py --algo=NAME --seeds=0,1 --FLAG=VALUE ...`` with the overrides
+of ``flags(NAME)`` runs the same thing (on all cores, which changes the last bits).
 
 Tolerances (float32; see BUILD_NOTES.md "Determinism"):
 
@@ -55,7 +55,8 @@ SYNC = dict(rounds=6, eval_every=2)            # 4 evaluations: rounds 0, 2, 4, 
 ASYNC = dict(rounds=40, eval_every=10)         # server events; evaluations at 0, 10, ..., 40
 AVAIL = dict(availability="sine", availability_period=4, availability_p_min=0.1)
 
-# name -> flag overrides on top of COMMON and SYNC/ASYNC; the comment says what it exercises.
+# name -> overrides on top of COMMON and SYNC/ASYNC; the comment says what it exercises. An
+# algorithm without an entry runs at its declared defaults.
 CONFIGS = {
     # Synchronous FedAvg family and client unavailability.
     "fedavg": dict(participation="uniform", clients_per_round=5, weighting="data_size",
@@ -103,34 +104,16 @@ CONFIGS = {
 
 
 def flags(name: str) -> dict:
-  """The flag overrides of ``name``'s reference run (everything else is the CLI default)."""
+  """The settings ``name``'s reference run gives (everything else is declared defaults)."""
   from fedjax_bench import algorithms
-  if name not in CONFIGS:
-    algorithms.get(name)  # an unknown name: the registry's one-line error
-    raise KeyError(f"{name!r} has no reference configuration in fedjax_bench/reference.py")
-  schedule = ASYNC if name in algorithms.ASYNCHRONOUS else SYNC
-  return {"algo": name, **COMMON, **schedule, **CONFIGS[name]}
+  schedule = ASYNC if algorithms.get(name).kind == algorithms.ASYNCHRONOUS else SYNC
+  return {"algo": name, **COMMON, **schedule, **CONFIGS.get(name, {})}
 
 
-def default_flags() -> dict:
-  """The CLI's flag values when no flag is given (read from the flag definitions, without
-  parsing: other modules' required flags, a benchmark script's say, stay out of it)."""
-  from fedjax_bench import cli
-  values = cli.our_flags()
-  changed = [f.name for f in cli.FLAGS.get_flags_for_module(cli._MODULE)
-             if f.value != f.default]
-  if changed:
-    raise RuntimeError(f"the CLI flags were parsed with non-default values ({changed}); "
-                       "reference runs need the defaults")
-  return values
-
-
-def config(name: str) -> dict:
-  """The full flag dict of ``name``'s reference run, as the CLI would build it."""
-  from fedjax_bench import experiment
-  overrides = flags(name)
-  cfg = {**default_flags(), **overrides}
-  return experiment.with_defaults(cfg, set(overrides))
+def config(name: str):
+  """``name``'s reference run's Config, as the command line would resolve its flags."""
+  from fedjax_bench import config as config_lib
+  return config_lib.resolve(flags(name), seeds=SEEDS)
 
 
 def perturbed_start(build, relative: float):
@@ -172,12 +155,11 @@ def compute(name: str, devices=None, seeds=SEEDS, perturbation: float = 0.0) -> 
   from parameters perturbed by that much, relative (`perturbed_start`)."""
   from fedjax_bench import engine, experiment
   t0 = time.perf_counter()
-  cfg, given = config(name), set(flags(name))
-  exp = experiment.setup(cfg, participation_given="participation" in given)
-  experiment.check_flags_used(exp, name, given)  # as cli._run does: no flag without effect
+  cfg = config(name)
+  exp = experiment.setup(cfg, seeds=list(seeds))
   build = perturbed_start(exp.build, perturbation) if perturbation else exp.build
-  out = engine.run(build, exp.task, exp.hparams, seeds=list(seeds), rounds=cfg["rounds"],
-                   eval_every=cfg["eval_every"], devices=devices)
+  out = engine.run(build, exp.task, exp.hparams, seeds=list(seeds), rounds=cfg.eval.rounds,
+                   eval_every=cfg.eval.eval_every, devices=devices)
   h = out.history
   curves = {"rounds": [int(r) for r in h.rounds]}
   for metric in METRICS:

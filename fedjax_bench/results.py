@@ -337,6 +337,20 @@ def _grid_label(point: dict) -> str:
 # A whole run.
 
 
+def make_summary(config: dict, history: History, final_window: int | None, timing: dict,
+                 extra: dict | None = None) -> dict:
+  """The summary.json contract (JSON-able): the config, the final window's statistics per
+  metric, the timing, and ``extra``."""
+  return to_jsonable({
+      'config': config,
+      'final': summarize(history, final_window),
+      'rounds_per_second': timing.get('rounds_per_second'),
+      'wall_seconds': timing.get('wall_seconds'),
+      'compile_seconds': timing.get('compile_seconds'),
+      **(extra or {}),
+  })
+
+
 def write_run(output_dir: str | os.PathLike,
               *,
               config: dict,
@@ -347,15 +361,7 @@ def write_run(output_dir: str | os.PathLike,
   """Writes config.json, metrics.csv, summary.json and curves.png; returns the summary."""
   output_dir = os.fspath(output_dir)
   _ensure_writable_dir(output_dir)
-  summary = {
-      'config': config,
-      'final': summarize(history, final_window),
-      'rounds_per_second': timing.get('rounds_per_second'),
-      'wall_seconds': timing.get('wall_seconds'),
-      'compile_seconds': timing.get('compile_seconds'),
-      **(extra or {}),
-  }
-  summary = to_jsonable(summary)
+  summary = make_summary(config, history, final_window, timing, extra)
   try:
     atomic_write_json(os.path.join(output_dir, CONFIG_FILE), config)
     write_metrics_csv(os.path.join(output_dir, METRICS_FILE), history)

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fedjax_bench import algorithms, engine
+from fedjax_bench import algorithms, engine, settings
 from fedjax_bench.core import asynchronous, keys
 from fedjax_bench.errors import UsageError
 from fedjax_bench.sim import asynchrony, participation, world as world_lib
@@ -173,9 +173,12 @@ def _completed_by_horizon(name, n, hp, seeds, steps, clock=None):
   """Per seed, after ``steps`` engine rounds (keys as the engine derives them): the
   aggregations (S-FedAvg rounds) or messages applied, and the simulated time reached."""
   prob = Problem(sizes=(2,) * n)
-  alg = algorithms.get(name).build(regression_task(prob.xs, prob.ys),
-                                   make_world(n, 1, clock),
-                                   {"client_lr": 0.1, "batch_size": 2, **hp})
+  hp = {"client_lr": 0.1, "batch_size": 2, **hp}
+  seed = hp.pop("partition_seed", 0)  # the world's rates are drawn from the data's seed
+  world = make_world(n, 1, clock)
+  if clock is None:
+    world = world._replace(rates=_rates(hp, n, seed))
+  alg = algorithms.get(name).build(regression_task(prob.xs, prob.ys), world, hp)
 
   def one(seed):
     def step(state, t):
@@ -189,6 +192,12 @@ def _completed_by_horizon(name, n, hp, seeds, steps, clock=None):
 
   done, now = jax.jit(jax.vmap(one))(jnp.arange(seeds))
   return np.asarray(done, np.float64), np.asarray(now, np.float64)
+
+
+def _rates(hp, n, seed):
+  clock = settings.coerce(asynchronous.Hparams, {k: v for k, v in hp.items()
+                                                 if k != "partition_seed"})
+  return asynchronous.client_rates(clock, n, seed)
 
 
 def _renewal_count_numpy(rates, delta, law, shape, horizon, trials, rounds, seed=0):
@@ -219,7 +228,7 @@ def test_sfedavg_rounds_by_the_horizon_are_the_renewal_count(n, delta, hp, horiz
   when short ones are retried."""
   hp = {"async_delta": delta, "sim_time": horizon, **hp}
   ours, now = _completed_by_horizon("sfedavg", n, hp, seeds=2000, steps=30)
-  rates = asynchronous.client_rates(hp, n)
+  rates = _rates(hp, n, hp.get("partition_seed", 0))
   ref = _renewal_count_numpy(rates, delta, hp.get("async_delay", "exponential"), 1.0,
                              horizon, trials=20000, rounds=60)
   se = np.sqrt(ours.var() / ours.size + ref.var() / ref.size)
@@ -258,13 +267,13 @@ def test_default_rounds_cover_the_horizon_under_heavy_tailed_delays(algo, law, s
                                                                     horizon):
   """Without --rounds, the engine steps must reach T in all but a rare run: at least the
   99.5% quantile of the events (S-FedAvg: rounds) by T, simulated here in NumPy."""
-  from fedjax_bench import experiment
+  from fedjax_bench import paper_defaults
   n, rate, delta, trials = 4, 10.0, 4, 2000
   k = int(3 * rate * horizon) + 50  # gaps drawn per client: checked to pass T below
   cfg = dict(algo=algo, num_clients=n, sim_time=horizon, async_delay=law,
              async_delay_shape=shape, async_rates="uniform", async_rate=rate,
              async_rate_std=5.0, async_min_rate=0.5, partition_seed=0, async_delta=delta,
-             aggregation="count", async_agg_rate=0.0)
+             aggregation="count", async_agg_rate=0.0, data_per_seed=False)
   rng = np.random.default_rng(7)
   if algo == "sfedavg":  # Delta = n: every round waits for all clients
     gaps = _unit_numpy(rng, law, shape, (trials, k, n)).max(axis=2) / rate
@@ -274,4 +283,4 @@ def test_default_rounds_cover_the_horizon_under_heavy_tailed_delays(algo, law, s
   assert (ends[..., -1] > horizon).all()
   counts = (ends <= horizon).sum(axis=-1)
   counts = counts.sum(axis=1) if algo != "sfedavg" else counts
-  assert experiment.rounds_for_horizon(cfg) >= np.quantile(counts, 0.995)
+  assert paper_defaults.rounds_for_horizon(cfg) >= np.quantile(counts, 0.995)

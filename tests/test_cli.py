@@ -144,11 +144,12 @@ def test_algorithm_chosen_optimizer_gets_the_server_flags():
   """--algo=fedams is AMSGrad with --server_opt left at sgd; the Table 1 flagfile's
   beta2 = 0.999 and eps = 1e-8 must still reach it (they once fell back to 0.99 / 1e-3)."""
   code = """
-from fedjax_bench import cli, experiment
+from fedjax_bench import cli
 cli.parse_argv(['x', '--flagfile=benchmarks/configs/fedef/table1_mnist_ams.flags',
                 '--algo=fedams'])
-kw = experiment.server_opt_kwargs(cli.our_flags())
-assert kw['b2'] == 0.999 and kw['eps'] == 1e-8 and kw['b1'] == 0.9, kw
+hp = cli.resolve_flags()[0].hparams
+assert hp.optimizer_name() == 'amsgrad', hp
+assert (hp.server_beta1, hp.server_beta2, hp.server_eps) == (0.9, 0.999, 1e-8), hp
 print('ok')
 """
   r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,

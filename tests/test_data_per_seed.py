@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from conftest import REPO, device_probe
-from fedjax_bench import data, engine, experiment, reference
+from fedjax_bench import data, engine, experiment
 from fedjax_bench.core import memory
 from fedjax_bench.errors import UsageError
 
@@ -66,7 +66,7 @@ def fake_mnist(monkeypatch):
 
 def _cfg(name, **kw):
   flags, _ = CONFIGS[name]
-  return {**reference.default_flags(), "model": "logreg", "client_lr": 0.1,
+  return {"model": "logreg", "client_lr": 0.1,
           "partition_seed": PARTITION_SEED, **flags, **kw}
 
 

@@ -111,7 +111,7 @@ def test_momentum_server_matches_hand_recursion():
   base = dict(client_lr=0.1, batch_size=4)
   sgd = fedavg.build(task, world, {**base, "server_lr": 1.0})
   mom = fedavg.build(task, world, {**base, "server_lr": 0.5, "server_opt": "momentum",
-                                   "server_opt_kwargs": {"momentum": 0.9}})
+                                   "server_momentum": 0.9})
   s_sgd, c = sgd.init(jax.random.PRNGKey(0))
   s_mom, _ = mom.init(jax.random.PRNGKey(0))
   x, v = s_mom.params, jax.tree.map(jnp.zeros_like, s_mom.params)
@@ -196,7 +196,8 @@ def test_fedopt_server_in_fedavg_matches_the_recursion(rule="yogi"):
   lr, b1, b2, tau = 0.05, 0.9, 0.99, 1e-3
   sgd = fedavg.build(task, world, {**base, "server_lr": 1.0})
   ada = fedavg.build(task, world, {**base, "server_lr": lr, "server_opt": rule,
-                                   "server_opt_kwargs": {"b1": b1, "b2": b2, "eps": tau}})
+                                   "server_beta1": b1, "server_beta2": b2,
+                                   "server_eps": tau})
   s_sgd, c = sgd.init(jax.random.PRNGKey(0))
   s_ada, _ = ada.init(jax.random.PRNGKey(0))
   flat = lambda tree: np.concatenate([np.ravel(a) for a in jax.tree.leaves(tree)])

@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 
 from conftest import toy_dataset, toy_setup
-from fedjax_bench import engine, models
+from fedjax_bench import engine, models, settings
 from fedjax_bench.algorithms import fedavg, fedef
-from fedjax_bench.core import keys, memory, rounds
+from fedjax_bench.core import compression, keys, memory, rounds
 from fedjax_bench.core.task import make_task
 from fedjax_bench.data.federated import Dataset, FederatedData
 from fedjax_bench.errors import UsageError
@@ -109,7 +109,7 @@ W1, B1 = "['DenseOI_0']['kernel']", "['DenseOI_0']['bias']"
 W2, B2 = "['DenseOI_1']['kernel']", "['DenseOI_1']['bias']"
 GOLDEN_SEED, GOLDEN_ROUNDS = 5, 12
 CLIENT_LR = 0.1
-AMS = dict(b1=0.9, b2=0.999, eps=1e-8)
+AMS = dict(server_beta1=0.9, server_beta2=0.999, server_eps=1e-8)
 
 
 def _golden_data():
@@ -183,10 +183,10 @@ def reference(theta, masks, xs, ys, *, server, lr, compressor, k=0.5, ef=True,
     if server == "sgd":
       u = agg
     else:
-      m = {key: AMS["b1"] * m[key] + (1 - AMS["b1"]) * agg[key] for key in m}
-      v = {key: AMS["b2"] * v[key] + (1 - AMS["b2"]) * agg[key] ** 2 for key in v}
+      m = {key: AMS["server_beta1"] * m[key] + (1 - AMS["server_beta1"]) * agg[key] for key in m}
+      v = {key: AMS["server_beta2"] * v[key] + (1 - AMS["server_beta2"]) * agg[key] ** 2 for key in v}
       vh = {key: np.maximum(vh[key], v[key]) for key in v}
-      u = {key: m[key] / np.sqrt(vh[key] + AMS["eps"]) for key in m}
+      u = {key: m[key] / np.sqrt(vh[key] + AMS["server_eps"]) for key in m}
     if down is not None:
       hh = compress(down, add(u, phi), down_k)
       phi = add(add(phi, u), hh, -1.0)
@@ -241,7 +241,7 @@ def test_rounds_match_numpy_reference_of_the_spec(algo, extra, ref_kw, golden):
   hp = dict(client_lr=CLIENT_LR, server_lr=lr, batch_size=max(SIZES), sampling="shuffle",
             client_width=1, **extra)
   if ams:
-    hp["server_opt_kwargs"] = AMS
+    hp.update(AMS)
   alg = getattr(fedef, algo).build(task, world, hp)
   server, clients = alg.init(init_key(GOLDEN_SEED))
   masks = masks_of(world, GOLDEN_SEED, GOLDEN_ROUNDS)
@@ -405,7 +405,7 @@ def test_identity_equals_full_precision_and_fedavg(server_opt):
   task, world = toy_setup(num_clients=6, cohort=3, local_steps=3, batch_size=4)
   base = dict(client_lr=0.3, batch_size=4, server_lr=0.6 if server_opt == "sgd" else 0.05,
               client_width=1,
-              server_opt_kwargs=AMS if server_opt == "amsgrad" else {})
+              **(AMS if server_opt == "amsgrad" else {}))
   ef_name, full_name = (("fedef_sgd", "fedsgd") if server_opt == "sgd"
                         else ("fedef_ams", "fedams"))
   ef = _trajectory(getattr(fedef, ef_name).build(task, world, {**base, "compressor": "identity"}))
@@ -461,7 +461,7 @@ def test_two_way_virtual_sequence(server_opt):
   task, world = toy_setup(num_clients=6, cohort=3, local_steps=3, batch_size=4)
   eta, m = (0.8, 3) if server_opt == "sgd" else (0.05, 3)
   hp = dict(client_lr=0.2, server_lr=eta, batch_size=4, compressor="sign",
-            down_compressor="topk", down_compress_k=0.2, server_opt_kwargs=AMS, client_width=1)
+            down_compressor="topk", down_compress_k=0.2, **AMS, client_width=1)
   alg = (fedef.fedef_sgd if server_opt == "sgd" else fedef.fedef_ams).build(task, world, hp)
   server, clients = alg.init(init_key(2))
   step, deltas_of = jax.jit(alg.round), spec_deltas(task, world, hp)
@@ -475,7 +475,7 @@ def test_two_way_virtual_sequence(server_opt):
       u = {k: (delta[k][mask] + err[k][mask] - err2[k][mask]).mean(0) for k in theta}
     else:
       mo, vh = flat(server.opt_state.m), flat(server.opt_state.v_hat)
-      u = {k: mo[k] / np.sqrt(vh[k] + AMS["eps"]) for k in theta}
+      u = {k: mo[k] / np.sqrt(vh[k] + AMS["server_eps"]) for k in theta}
     for k in theta:
       np.testing.assert_allclose(theta2[k] - phi2[k], theta[k] - phi[k] - eta * u[k],
                                  rtol=1e-5, atol=1e-6)
@@ -516,7 +516,7 @@ def test_message_bits_of_the_784_200_10_mlp(mnist_mlp):
   for hp, bits in ((dict(compressor="identity"), FULL_BITS), (dict(compressor="sign"), SIGN_BITS),
                    (dict(compressor="topk", compress_k=0.01), TOPK_01_BITS),
                    (dict(compressor="hvsign", compress_k=0.1), HVSIGN_1_BITS)):
-    assert fedef.compressor(hp).bits(shapes) == bits, hp
+    assert settings.make(compression.Compression, hp).compressor_of().bits(shapes) == bits, hp
   assert (round(FULL_BITS / SIGN_BITS, 1), round(FULL_BITS / TOPK_01_BITS, 1),
           round(FULL_BITS / HVSIGN_1_BITS)) == (32.0, 99.9, 317)
 

@@ -34,7 +34,7 @@ pytestmark = [pytest.mark.slow,
                                  reason="real MNIST (../shared/tfds) not found")]
 
 NUM_CLIENTS, ROUNDS, SEEDS = 20, 100, [0, 1, 2]
-AMS = dict(b1=0.9, b2=0.999, eps=1e-8)
+AMS = dict(server_beta1=0.9, server_beta2=0.999, server_eps=1e-8)
 MLP_D = 64 * 200 + 200 + 200 * 10 + 10  # 15,010 in 4 tensors
 
 # name: (algorithm, hyperparameters, uplink bits per message, §3.9 / C6)
@@ -85,7 +85,7 @@ def _run(setup, name, part=None):
   algo, extra, _ = METHODS[name]
   world = world_lib.make(part or participation.full(NUM_CLIENTS), steps)
   hp = dict(client_lr=0.05, server_lr=0.01 if algo in ("fedams", "fedef_ams") else 1.0,
-            batch_size=16, sampling="shuffle", server_opt_kwargs=AMS, **extra)
+            batch_size=16, sampling="shuffle", **AMS, **extra)
   h = engine.run(lambda hp_: getattr(fedef, algo).build(task, world, hp_), task, hp,
                  seeds=SEEDS, rounds=ROUNDS, eval_every=1).history
   last = h.rounds > ROUNDS - 10

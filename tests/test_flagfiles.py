@@ -1,6 +1,8 @@
 """Every shipped flagfile, in every combination its comments document, passes every check a
-run makes before training (`cli.check_flags`: parse, load, build, trace one round, flags the
-algorithm does not read).
+run makes before training (parse, resolve, load, build, flags the algorithm does not read)
+and resolves to the configuration it resolved to before the settings became typed
+declarations (tests/data/flagfile_configs.json, written by the flag-dict code they
+replaced: every setting the run reads has its old value, and so has the algorithm's).
 
 A flagfile documents its combinations in lines ``# with: ARGS`` (each one combination, ARGS
 appended to it); one marked ``# fragment:`` is only ever used inside another's combination.
@@ -16,10 +18,30 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 _CHECK_ALL = r"""
-import glob, shlex, sys
+import glob, json, shlex, sys
 import numpy as np
-from fedjax_bench import cli, data
+from fedjax_bench import api, cli, data, settings
 from fedjax_bench.errors import UsageError
+
+before = json.load(open("tests/data/flagfile_configs.json"))
+
+def norm(value):
+  return tuple(str(v) for v in value) if isinstance(value, (list, tuple)) else value
+
+def compare(key, cfg, grid, exp):
+  old = before["combinations"].get(key)
+  if old is None:
+    return [f"{key}: no recorded configuration"]
+  values = {**before["defaults"], **old["changed"]}
+  new = cfg.flat()
+  bad = [f"{n}={new[n]!r} (was {values.get(n, 'absent')!r})" for n in new
+         if n not in values or norm(new[n]) != norm(values[n])]
+  hp = {**values, **old["hparams_changed"]}
+  bad += [f"hparams {n}={v!r} (was {hp.get(n)!r})"
+          for n, v in settings.as_dict(exp.hparams).items() if norm(v) != norm(hp.get(n))]
+  if grid != old["grid"]:
+    bad.append(f"grid {grid} (was {old['grid']})")
+  return [f"{key}: " + "; ".join(bad)] if bad else []
 
 real_load = data.load_arrays
 
@@ -47,9 +69,13 @@ for path in sorted(glob.glob("benchmarks/configs/*/*.flags")):
     if index % parts != part:
       continue
     cli.FLAGS.unparse_flags()
+    args = ["--flagfile=" + path, *shlex.split(extra)]
     try:
-      cli.parse_argv(["x", "--flagfile=" + path, *shlex.split(extra)])
-      cli.check_flags()
+      cli.parse_argv(["x", *args])
+      cfg, seeds, grid = cli.resolve_flags()
+      exp = api.check(cfg, seeds, grid)
+      failures += [f"FAILED (configuration changed) {d}" for d in
+                   compare(" ".join(args), cfg, grid, exp)]
     except (UsageError, SystemExit) as e:
       failures.append(f"FAILED {path} {extra}: {e}")
     checked += 1

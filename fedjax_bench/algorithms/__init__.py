@@ -1,54 +1,82 @@
-"""Algorithms by name: each module has ``build(task, world, hparams) -> FederatedAlgorithm``."""
+"""Algorithms by name. An algorithm is a module (or namespace) with ``Hparams``, the frozen
+settings class it reads (`fedjax_bench.settings`), and ``build(task, world, hparams) ->
+FederatedAlgorithm``; one `register` line below makes it a ``--algo`` value, a flag set
+and a Python API name."""
 
-from fedjax_bench.algorithms import (area, asfedavg, f3ast, fedau, fedavg, fedavg_all,
-                                     fedavg_known, fedawe, fedbuff, fedef, fedvarp, mifa,
-                                     mifa_async, sfedavg)
-from fedjax_bench.algorithms import fedmax, fednova
-from fedjax_bench.algorithms import fedalign
+import dataclasses
+from typing import Callable
+
+from fedjax_bench.algorithms import (area, asfedavg, f3ast, fedalign, fedau, fedavg,
+                                     fedavg_all, fedavg_known, fedawe, fedbuff, fedef, fedmax,
+                                     fednova, fedvarp, mifa, mifa_async, sfedavg)
 from fedjax_bench.errors import UsageError
+from fedjax_bench.settings import closest
 
-ALGORITHMS = {
-    "fedavg": fedavg,
-    "fedavg_all": fedavg_all,
-    "fedavg_known": fedavg_known,
-    "fedau": fedau,
-    "f3ast": f3ast,
-    "fedawe": fedawe,
-    "mifa": mifa,
-    "fedvarp": fedvarp,
-    "fedsgd": fedef.fedsgd,
-    "fedams": fedef.fedams,
-    "fedef_sgd": fedef.fedef_sgd,
-    "fedef_ams": fedef.fedef_ams,
-    # Asynchronous (spec 002): one round is one server event of the world's clock.
-    "area": area,
-    "fedbuff": fedbuff,
-    "asfedavg": asfedavg,
-    "mifa_async": mifa_async,
-    "sfedavg": sfedavg,
-    # Loss-aware aggregation (spec 003): weights from the losses at the global model.
-    "fedmax": fedmax.fedmax,
-    "fedmax_k": fedmax.fedmax_k,
-    "fedsoftmax": fedmax.fedsoftmax,
-    "fednova": fednova,
-    # Prioritized FL (spec 004): the objective counts only the priority clients.
-    # The fedprox_* names are the same methods with --prox_mu defaulting to 1.
-    "fedalign": fedalign.fedalign,
-    "fedavg_priority": fedalign.fedavg_priority,
-    "fedavg_all_clients": fedalign.fedavg_all_clients,
-    "local_model": fedalign.local_model,
-    "fedalign_prox": fedalign.fedalign,
-    "fedprox_priority": fedalign.fedavg_priority,
-    "fedprox_all_clients": fedalign.fedavg_all_clients,
-}
-# Driven by client update rates, not by --participation.
-ASYNCHRONOUS = ("area", "fedbuff", "asfedavg", "mifa_async", "sfedavg")
-PRIORITIZED = ("fedalign", "fedavg_priority", "fedavg_all_clients", "local_model",
-               "fedalign_prox", "fedprox_priority", "fedprox_all_clients")
-PROX = ("fedalign_prox", "fedprox_priority", "fedprox_all_clients")
+SYNCHRONOUS = "synchronous"    # rounds of a cohort chosen by --participation/--availability
+ASYNCHRONOUS = "asynchronous"  # driven by client update rates (the world's clock)
+PRIORITIZED = "prioritized"    # samples priority and free clients itself
+KINDS = (SYNCHRONOUS, ASYNCHRONOUS, PRIORITIZED)
 
 
-def get(name: str):
-  if name not in ALGORITHMS:
-    raise UsageError(f"unknown --algo={name!r}; valid: {', '.join(sorted(ALGORITHMS))}")
+@dataclasses.dataclass(frozen=True)
+class Algorithm:
+  name: str
+  Hparams: type
+  build: Callable
+  kind: str = SYNCHRONOUS
+
+
+ALGORITHMS: dict[str, Algorithm] = {}
+
+
+def register(name: str, module, kind: str = SYNCHRONOUS) -> Algorithm:
+  if name in ALGORITHMS:
+    raise ValueError(f"algorithm {name!r} is registered twice")
+  if kind not in KINDS:
+    raise ValueError(f"unknown algorithm kind {kind!r}; valid: {', '.join(KINDS)}")
+  ALGORITHMS[name] = Algorithm(name, module.Hparams, module.build, kind)
   return ALGORITHMS[name]
+
+
+register("fedavg", fedavg)
+register("fedavg_all", fedavg_all)
+register("fedavg_known", fedavg_known)
+register("fedau", fedau)
+register("f3ast", f3ast)
+register("fedawe", fedawe)
+register("mifa", mifa)
+register("fedvarp", fedvarp)
+# Fed-EF (spec 001): compressed uplinks, with and without error feedback.
+register("fedsgd", fedef.fedsgd)
+register("fedams", fedef.fedams)
+register("fedef_sgd", fedef.fedef_sgd)
+register("fedef_ams", fedef.fedef_ams)
+# Asynchronous (spec 002): one round is one server event of the world's clock.
+register("area", area, ASYNCHRONOUS)
+register("fedbuff", fedbuff, ASYNCHRONOUS)
+register("asfedavg", asfedavg, ASYNCHRONOUS)
+register("mifa_async", mifa_async, ASYNCHRONOUS)
+register("sfedavg", sfedavg, ASYNCHRONOUS)
+# Loss-aware aggregation (spec 003): weights from the losses at the global model.
+register("fedmax", fedmax.fedmax)
+register("fedmax_k", fedmax.fedmax_k)
+register("fedsoftmax", fedmax.fedsoftmax)
+register("fednova", fednova)
+# Prioritized FL (spec 004): the objective counts only the priority clients.
+register("fedalign", fedalign.fedalign, PRIORITIZED)
+register("fedavg_priority", fedalign.fedavg_priority, PRIORITIZED)
+register("fedavg_all_clients", fedalign.fedavg_all_clients, PRIORITIZED)
+register("local_model", fedalign.local_model, PRIORITIZED)
+register("fedalign_prox", fedalign.fedalign_prox, PRIORITIZED)
+register("fedprox_priority", fedalign.fedprox_priority, PRIORITIZED)
+register("fedprox_all_clients", fedalign.fedprox_all_clients, PRIORITIZED)
+
+
+def get(name: str) -> Algorithm:
+  if name not in ALGORITHMS:
+    raise UsageError(f"unknown --algo={name!r}; {closest(name, ALGORITHMS)}")
+  return ALGORITHMS[name]
+
+
+def of_kind(kind: str) -> tuple[str, ...]:
+  return tuple(n for n, a in ALGORITHMS.items() if a.kind == kind)

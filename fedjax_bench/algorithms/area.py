@@ -19,11 +19,21 @@ the model it receives. The server stores no per-client state.
 import jax
 import jax.numpy as jnp
 
-from fedjax_bench.core import asynchronous, rounds
+from fedjax_bench.core import asynchronous
 from fedjax_bench.core.types import FederatedAlgorithm
+from fedjax_bench.settings import NON_NEGATIVE, coerce, section, setting
 
 
-def build(task, world, hp: dict) -> FederatedAlgorithm:
+@section("area")
+class Hparams(asynchronous.Hparams):
+  area_lr_power: float = setting(0.0, "Diminishing stepsize alpha0 / (k+1)^beta over client "
+                                 "messages k (0: constant).", check=NON_NEGATIVE, sweep=True)
+  iterate_form_init: bool = setting(False, "The paper's iterate form (2)-(4): a client's first "
+                                    "message is zero and every message lags one event.")
+
+
+def build(task, world, hp: Hparams) -> FederatedAlgorithm:
+  hp = coerce(Hparams, hp)
   n = world.num_clients
 
   def init(x0):
@@ -38,5 +48,4 @@ def build(task, world, hp: dict) -> FederatedAlgorithm:
 
   return asynchronous.build(
       task, world, hp, asynchronous.Method(init, ingest, aggregate),
-      lr_power=hp.get("area_lr_power", 0.0),
-      lagged=bool(rounds.static_int(hp, "iterate_form_init", False)))
+      lr_power=hp.area_lr_power, lagged=hp.iterate_form_init)

@@ -13,15 +13,20 @@ import jax.numpy as jnp
 
 from fedjax_bench.core import asynchronous
 from fedjax_bench.core.types import FederatedAlgorithm
-from fedjax_bench.errors import UsageError
+from fedjax_bench.settings import coerce, section, setting
 
 MODES = ("model_average", "async_sgd")
 
 
-def build(task, world, hp: dict) -> FederatedAlgorithm:
-  mode = hp.get("asfedavg_mode", "model_average")
-  if mode not in MODES:
-    raise UsageError(f"unknown --asfedavg_mode={mode!r}; valid: {', '.join(MODES)}")
+@section("asfedavg")
+class Hparams(asynchronous.Hparams):
+  asfedavg_mode: str = setting("model_average", "Average the Delta buffered models, or apply "
+                               "each delta at once.", choices=MODES)
+
+
+def build(task, world, hp: Hparams) -> FederatedAlgorithm:
+  hp = coerce(Hparams, hp)
+  mode = hp.asfedavg_mode
 
   def init(x0):
     return asynchronous.zeros_like(x0), ()

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 
 from fedjax_bench.core import aggregate, cohort as cohort_lib, rounds
 from fedjax_bench.core.types import FederatedAlgorithm
-from fedjax_bench.errors import UsageError
+from fedjax_bench.settings import NON_NEGATIVE, POSITIVE, coerce, section, setting
 from fedjax_bench.sim.world import World
 
 VARIANTS = ("literal", "selfnorm", "unbiased")
@@ -31,14 +31,23 @@ def select(mask: jax.Array, rates: jax.Array, budget: int) -> jax.Array:
   return jnp.zeros_like(mask).at[chosen].set(True) & mask
 
 
-def build(task, world: World, hp: dict) -> FederatedAlgorithm:
-  sopt = rounds.server_optimizer(hp)
+@section("f3ast")
+class Hparams(rounds.Synchronous):
+  f3ast_beta: float = setting(1e-3, "Rate of the selection-rate average.", check=POSITIVE,
+                              sweep=True)
+  f3ast_variant: str = setting("literal", "Aggregation (reconstructed; BUILD_NOTES.md).",
+                               choices=VARIANTS)
+  f3ast_budget: int = setting(0, "Train only this many available clients, the least selected "
+                              "so far (0: all available).", check=NON_NEGATIVE)
+
+
+def build(task, world: World, hp: Hparams) -> FederatedAlgorithm:
+  hp = coerce(Hparams, hp)
+  sopt = hp.optimizer()
   m = world.num_clients
-  beta = hp.get("f3ast_beta", 1e-3)
-  variant = hp.get("f3ast_variant", "literal")
-  budget = rounds.static_int(hp, "f3ast_budget", 0)
-  if variant not in VARIANTS:
-    raise UsageError(f"unknown --f3ast_variant={variant!r}; valid: {', '.join(VARIANTS)}")
+  beta = hp.f3ast_beta
+  variant = hp.f3ast_variant
+  budget = rounds.static(hp.f3ast_budget, "f3ast_budget")
   cap = world.participation.cap if budget <= 0 else min(budget, world.participation.cap)
   r0 = 1.0 if variant == "selfnorm" else 1.0 / m
 

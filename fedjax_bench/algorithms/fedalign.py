@@ -33,7 +33,9 @@ from fedjax_bench.core import aggregate, client_scores, cohort, keys, rounds
 from fedjax_bench.core.rounds import ServerState
 from fedjax_bench.core.task import Task
 from fedjax_bench.core.types import FederatedAlgorithm
+from fedjax_bench.algorithms import fedavg
 from fedjax_bench.errors import UsageError
+from fedjax_bench.settings import (NON_NEGATIVE, UNIT_INTERVAL, coerce, section, setting)
 from fedjax_bench.sim.world import World
 
 METHODS = ("fedalign", "fedavg_priority", "fedavg_all_clients", "local_model")
@@ -43,30 +45,86 @@ EPS_SCHEDULES = ("constant", "step", "linear_to_zero", "exp_decay")
 PRIORITY_SAMPLINGS = ("without_replacement", "with_replacement")
 FREE_SAMPLINGS = ("without_replacement", "bernoulli")
 COMPATS = ("none", "authors_code")
-WEIGHTINGS = ("data_size", "uniform")
+_SCHEDULED = lambda hp: hp.align_eps_schedule != "constant"
 
 
-def epsilon(hp: dict, r) -> jax.Array:
+@section("prioritized FL")
+class Hparams(fedavg.Hparams):
+  weighting: str = setting("data_size", "Aggregation weights of the cohort's updates.",
+                           choices=fedavg.WEIGHTINGS)
+  align_epsilon: float = setting(0.2, "fedalign: admit free client k when |s_k - g| < epsilon "
+                                 "(accuracy points / 100, or loss).", check=NON_NEGATIVE,
+                                 sweep=True)
+  align_score: str = setting("accuracy", "fedalign: the score compared with the priority "
+                             "clients'.", choices=SCORES)
+  align_inequality: str = setting("strict", "fedalign: strict (<, so epsilon 0 is FedAvg on the "
+                                  "priority clients) or <=.", choices=INEQUALITIES)
+  align_eps_schedule: str = setting("constant", "fedalign: epsilon over rounds; step: "
+                                    "--align_eps_late from --align_eps_round on; linear_to_zero: "
+                                    "from --align_eps_round to --align_eps_end_round; exp_decay: "
+                                    "times --align_eps_gamma^round.", choices=EPS_SCHEDULES)
+  align_eps_late: float = setting(0.0, "fedalign: epsilon after the step.", check=NON_NEGATIVE,
+                                  sweep=True, used_if=_SCHEDULED)
+  align_eps_round: int = setting(0, "fedalign: the round of the step, or where the linear decay "
+                                 "starts.", check=NON_NEGATIVE, sweep=True, used_if=_SCHEDULED)
+  align_eps_end_round: int = setting(1, "fedalign: where the linear decay reaches 0.",
+                                     check=NON_NEGATIVE, sweep=True, used_if=_SCHEDULED)
+  align_eps_gamma: float = setting(0.99, "fedalign: the exp_decay factor per round.",
+                                   check=NON_NEGATIVE, sweep=True, used_if=_SCHEDULED)
+  selection_batch: int = setting(0, "fedalign: score free clients on this many of their "
+                                 "examples (0: all; the authors' code: 32).", check=NON_NEGATIVE)
+  warmup_rounds: int = setting(-1, "Rounds with the priority clients only (-1: 10% of "
+                               "--rounds).", sweep=True)
+  prox_mu: float = setting(0.0, "FedProx term mu/2 ||w - w_global||^2 in local training.",
+                           check=NON_NEGATIVE, sweep=True)
+  priority_fraction: float = setting(1.0, "Fraction of the priority clients sampled per round.",
+                                     check=UNIT_INTERVAL)
+  free_fraction: float = setting(1.0, "Fraction (or Bernoulli probability) of the free clients "
+                                 "sampled per round.", check=UNIT_INTERVAL)
+  priority_sampling: str = setting("without_replacement", "Uniform, or K draws with replacement "
+                                   "proportional to p_k (the theory's).",
+                                   choices=PRIORITY_SAMPLINGS)
+  free_sampling: str = setting("without_replacement", "How free clients are sampled.",
+                               choices=FREE_SAMPLINGS)
+  compat: str = setting("none", "authors_code reproduces the released script's server update "
+                        "(spec 004 §2.5).", choices=COMPATS)
+  record_admitted: bool = setting(False, "Report every free client's admission (admitted_NNNN, "
+                                  "the fraction of a block's rounds).")
+
+
+@section("prioritized FL")
+class ProxHparams(Hparams):
+  """The FedProx versions (fedalign_prox, fedprox_*): mu = 1 unless given."""
+  prox_mu: float = setting(1.0, "FedProx term mu/2 ||w - w_global||^2 in local training.",
+                           check=NON_NEGATIVE, sweep=True)
+
+
+@section("prioritized FL")
+class LocalModelHparams(Hparams):
+  local_client: int = setting(-1, "local_model (and --test_mix=local_client): the free client "
+                              "(-1: the authors' rule, the first free client whose first label "
+                              "is among the priority clients' first labels).")
+
+
+def epsilon(hp: Hparams, r) -> jax.Array:
   """ε_r (spec §2.2): constant; step (--align_eps_late from --align_eps_round on);
   linear_to_zero (from --align_eps_round to --align_eps_end_round); exp_decay (γ^r)."""
-  e0 = jnp.asarray(hp.get("align_epsilon", 0.2), jnp.float32)
-  schedule = hp.get("align_eps_schedule", "constant")
+  e0 = jnp.asarray(hp.align_epsilon, jnp.float32)
+  schedule = hp.align_eps_schedule
   r = jnp.asarray(r, jnp.float32)
   if schedule == "step":
-    return jnp.where(r < hp.get("align_eps_round", 0), e0, hp.get("align_eps_late", 0.0))
+    return jnp.where(r < hp.align_eps_round, e0, hp.align_eps_late)
   if schedule == "linear_to_zero":
-    start, end = hp.get("align_eps_round", 0), hp.get("align_eps_end_round", 1)
+    start, end = hp.align_eps_round, hp.align_eps_end_round
     return e0 * jnp.clip((end - r) / jnp.maximum(end - start, 1), 0.0, 1.0)
   if schedule == "exp_decay":
-    return e0 * jnp.power(hp.get("align_eps_gamma", 0.99), r)
+    return e0 * jnp.power(hp.align_eps_gamma, r)
   return e0
 
 
-def build(task: Task, world: World, hp: dict, *, method: str) -> FederatedAlgorithm:
-  """hp: client_lr, batch_size, sampling, weighting, server_opt, prox_mu, align_epsilon
-  (+ schedule), align_score, align_inequality, selection_batch, warmup_rounds,
-  priority_fraction, free_fraction, priority_sampling, free_sampling, compat,
-  local_client, record_admitted."""
+def build(task: Task, world: World, hp: Hparams, *, method: str,
+          hparams: type = Hparams) -> FederatedAlgorithm:
+  hp = coerce(hparams, hp)
   cfg = _check(task, hp, method)
   is_p = task.priority
   n = task.num_clients
@@ -78,9 +136,9 @@ def build(task: Task, world: World, hp: dict, *, method: str) -> FederatedAlgori
   d = task.counts.astype(jnp.float32)
   p = d / jnp.sum(jnp.where(is_p, d, 0.0))  # the paper's p_k, for every client
   local_id = cfg["local_client"]
-  sopt = rounds.server_optimizer(hp)
-  mu = hp.get("prox_mu", 0.0)
-  record = bool(hp.get("record_admitted", False))
+  sopt = hp.optimizer()
+  mu = hp.prox_mu
+  record = hp.record_admitted
   free_ids = np.flatnonzero(~prio_np)
 
   def participation(key):
@@ -114,7 +172,7 @@ def build(task: Task, world: World, hp: dict, *, method: str) -> FederatedAlgori
   def admit(server: ServerState, key, part):
     """The free clients included this round, and the selection diagnostics."""
     r = server.round
-    warm = r >= hp.get("warmup_rounds", 0)
+    warm = r >= hp.warmup_rounds
     eps = epsilon(hp, r)
     free = ~is_p & part
     if method == "local_model":
@@ -214,7 +272,7 @@ def _authors_round(task, world, hp, method, cfg, participation, scores, k_p, k_f
     dbar = mean(d_p, c_p.valid.astype(jnp.float32))
     add = lambda x, delta, times=1.0: jax.tree.map(lambda a, b: a + times * b, x, delta)
     w1, new = add(w, dbar), add(w, dbar, 3.0)
-    warm = r + 1 >= hp.get("warmup_rounds", 0)
+    warm = r + 1 >= hp.warmup_rounds
     admitted = jnp.zeros(task.num_clients, bool)
     diag = {}
     if method in ("fedavg_all_clients", "fedalign"):
@@ -246,39 +304,24 @@ def _authors_round(task, world, hp, method, cfg, participation, scores, k_p, k_f
   return round_fn
 
 
-def _check(task: Task, hp: dict, method: str) -> dict:
+def _check(task: Task, hp: Hparams, method: str) -> dict:
   if method not in METHODS:
     raise UsageError(f"unknown prioritized-FL method {method!r}; valid: {', '.join(METHODS)}")
   if task.priority is None:
     raise UsageError("prioritized FL needs priority clients: give --num_priority (or a "
                      "dataset that defines them: synth_pfl, gaussmix_shards)")
   cfg = {
-      "score": _choice(hp, "align_score", "accuracy", SCORES),
-      "inequality": _choice(hp, "align_inequality", "strict", INEQUALITIES),
-      "schedule": _choice(hp, "align_eps_schedule", "constant", EPS_SCHEDULES),
-      "priority_sampling": _choice(hp, "priority_sampling", "without_replacement",
-                                   PRIORITY_SAMPLINGS),
-      "free_sampling": _choice(hp, "free_sampling", "without_replacement", FREE_SAMPLINGS),
-      "compat": _choice(hp, "compat", "none", COMPATS),
-      "weighting": _choice(hp, "weighting", "data_size", WEIGHTINGS),
-      "selection_batch": rounds.static_int(hp, "selection_batch", 0),
-      "priority_fraction": rounds.static_float(hp, "priority_fraction", 1.0),
-      "free_fraction": rounds.static_float(hp, "free_fraction", 1.0),
+      "score": hp.align_score, "inequality": hp.align_inequality,
+      "schedule": hp.align_eps_schedule, "priority_sampling": hp.priority_sampling,
+      "free_sampling": hp.free_sampling, "compat": hp.compat, "weighting": hp.weighting,
+      "selection_batch": rounds.static(hp.selection_batch, "selection_batch"),
+      "priority_fraction": rounds.static(hp.priority_fraction, "priority_fraction"),
+      "free_fraction": rounds.static(hp.free_fraction, "free_fraction"),
   }
-  for name in ("priority_fraction", "free_fraction"):
-    if not 0 < cfg[name] <= 1:
-      raise UsageError(f"--{name}={cfg[name]} must lie in (0, 1]")
-  if cfg["selection_batch"] < 0:
-    raise UsageError(f"--selection_batch={cfg['selection_batch']} must be >= 0 (0: all of "
-                     "a client's examples)")
-  for name in ("align_epsilon", "prox_mu", "warmup_rounds"):
-    value = hp.get(name, 0)
-    if not isinstance(value, jax.core.Tracer) and value < 0:
-      raise UsageError(f"--{name}={value} must be >= 0")
   prio = np.asarray(task.priority)
   cfg["local_client"] = -1
   if method == "local_model":
-    k = int(hp.get("local_client", -1))
+    k = int(hp.local_client)
     if k < 0:
       raise UsageError("--algo=local_model needs the free client to train (--local_client)")
     if not 0 <= k < task.num_clients or prio[k]:
@@ -297,21 +340,21 @@ def _check(task: Task, hp: dict, method: str) -> dict:
   return cfg
 
 
-def _choice(hp: dict, name: str, default: str, valid) -> str:
-  value = hp.get(name, default)
-  if value not in valid:
-    raise UsageError(f"unknown --{name}={value!r}; valid: {', '.join(valid)}")
-  return value
-
-
 def _ids(ids) -> str:
   ids = [int(i) for i in ids]
   return ", ".join(map(str, ids[:20])) + (", ..." if len(ids) > 20 else "")
 
 
-# The registry's names; the FedProx versions default --prox_mu to 1 (experiment.py).
-fedalign = SimpleNamespace(build=functools.partial(build, method="fedalign"))
-fedavg_priority = SimpleNamespace(build=functools.partial(build, method="fedavg_priority"))
-fedavg_all_clients = SimpleNamespace(build=functools.partial(build,
-                                                            method="fedavg_all_clients"))
-local_model = SimpleNamespace(build=functools.partial(build, method="local_model"))
+def _variant(method: str, hparams: type = Hparams) -> SimpleNamespace:
+  return SimpleNamespace(Hparams=hparams, build=functools.partial(build, method=method,
+                                                                  hparams=hparams))
+
+
+# The registry's names; the FedProx versions default --prox_mu to 1.
+fedalign = _variant("fedalign")
+fedavg_priority = _variant("fedavg_priority")
+fedavg_all_clients = _variant("fedavg_all_clients")
+local_model = _variant("local_model", LocalModelHparams)
+fedalign_prox = _variant("fedalign", ProxHparams)
+fedprox_priority = _variant("fedavg_priority", ProxHparams)
+fedprox_all_clients = _variant("fedavg_all_clients", ProxHparams)

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 
 from fedjax_bench.core import aggregate, rounds
 from fedjax_bench.core.types import FederatedAlgorithm
-from fedjax_bench.errors import UsageError
+from fedjax_bench.settings import POSITIVE, coerce, section, setting
 
 
 class Intervals(NamedTuple):
@@ -41,12 +41,16 @@ def record(s: Intervals, active: jax.Array, cutoff: int) -> Intervals:
                    s.recorded + ends.astype(jnp.int32))
 
 
-def build(task, world, hp: dict) -> FederatedAlgorithm:
-  sopt = rounds.server_optimizer(hp)
+@section("fedau")
+class Hparams(rounds.Synchronous):
+  fedau_k: int = setting(50, "Cutoff K on a recorded participation interval.", check=POSITIVE)
+
+
+def build(task, world, hp: Hparams) -> FederatedAlgorithm:
+  hp = coerce(Hparams, hp)
+  sopt = hp.optimizer()
   m = world.num_clients
-  cutoff = rounds.static_int(hp, "fedau_k", 50)
-  if cutoff < 1:
-    raise UsageError(f"--fedau_k={cutoff} must be at least 1")
+  cutoff = hp.fedau_k
 
   def init(key):
     zeros = jnp.zeros(m, jnp.int32)

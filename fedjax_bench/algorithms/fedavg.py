@@ -16,12 +16,18 @@ from fedjax_bench.core import aggregate, rounds
 from fedjax_bench.core.rounds import ServerState
 from fedjax_bench.core.task import Task
 from fedjax_bench.core.types import FederatedAlgorithm
-from fedjax_bench.errors import UsageError
+from fedjax_bench.settings import coerce, section, setting
 from fedjax_bench.sim.world import World
 
 WEIGHTINGS = ("uniform", "data_size")
 
-__all__ = ["ServerState", "WEIGHTINGS", "build", "client_weights"]
+
+@section("fedavg")
+class Hparams(rounds.Synchronous):
+  weighting: str = setting("uniform", "Aggregation weights of the cohort's updates.",
+                           choices=WEIGHTINGS)
+
+__all__ = ["Hparams", "ServerState", "WEIGHTINGS", "build", "client_weights"]
 
 
 def client_weights(task: Task, ids, valid, weighting: str):
@@ -30,12 +36,10 @@ def client_weights(task: Task, ids, valid, weighting: str):
   return valid.astype(jnp.float32)
 
 
-def build(task: Task, world: World, hp: dict) -> FederatedAlgorithm:
-  """hp: client_lr (+ schedule), server_lr, batch_size, sampling, weighting, server_opt."""
-  sopt = rounds.server_optimizer(hp)
-  weighting = hp.get("weighting", "uniform")
-  if weighting not in WEIGHTINGS:
-    raise UsageError(f"unknown --weighting={weighting!r}; valid: {', '.join(WEIGHTINGS)}")
+def build(task: Task, world: World, hp: Hparams) -> FederatedAlgorithm:
+  hp = coerce(Hparams, hp)
+  sopt = hp.optimizer()
+  weighting = hp.weighting
 
   def init(key):
     return rounds.init_server(task, world, sopt, key), ()

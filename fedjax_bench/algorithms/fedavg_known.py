@@ -11,10 +11,14 @@ import jax.numpy as jnp
 
 from fedjax_bench.core import aggregate, rounds
 from fedjax_bench.core.types import FederatedAlgorithm
+from fedjax_bench.settings import coerce
+
+Hparams = rounds.Synchronous
 
 
-def build(task, world, hp: dict) -> FederatedAlgorithm:
-  sopt = rounds.server_optimizer(hp)
+def build(task, world, hp: rounds.Synchronous) -> FederatedAlgorithm:
+  hp = coerce(Hparams, hp)
+  sopt = hp.optimizer()
   m = world.num_clients
   world.probs(jnp.zeros((), jnp.int32))  # fails at build time if the scheme has no oracle
 

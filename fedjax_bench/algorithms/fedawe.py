@@ -28,8 +28,18 @@ import jax.numpy as jnp
 from fedjax_bench.core import aggregate, cohort as cohort_lib, rounds
 from fedjax_bench.core.types import FederatedAlgorithm, with_count
 from fedjax_bench.errors import UsageError
+from fedjax_bench.settings import NON_NEGATIVE, coerce, section, setting
 
 EVALS = ("mean_local", "server")
+
+
+@section("fedawe")
+class Hparams(rounds.Synchronous):
+  fedawe_clip: float = setting(0.5, "Clip the averaged echoed update to this L2 norm (0.5 as "
+                               "the authors' code; 0: Algorithm 1 as written).",
+                               check=NON_NEGATIVE, sweep=True)
+  fedawe_eval: str = setting("mean_local", "Score the mean of all clients' models (the paper's "
+                             "code and theory) or the server model.", choices=EVALS)
 
 
 class Clients(NamedTuple):
@@ -37,17 +47,16 @@ class Clients(NamedTuple):
   since_last: jax.Array  # [m] int32 c_i = t - tau_i(t)
 
 
-def build(task, world, hp: dict) -> FederatedAlgorithm:
-  if hp.get("server_opt", "sgd") != "sgd":
+def build(task, world, hp: Hparams) -> FederatedAlgorithm:
+  hp = coerce(Hparams, hp)
+  if hp.server_opt != "sgd":
     raise UsageError("fedawe averages echoed models; it takes --server_lr (eta_g) but not "
-                     f"--server_opt={hp['server_opt']}; valid: sgd")
-  sopt = rounds.server_optimizer(hp)
+                     f"--server_opt={hp.server_opt}; valid: sgd")
+  sopt = hp.optimizer()
   m = world.num_clients
-  eta_g = hp.get("server_lr", 1.0)
-  clip = hp.get("fedawe_clip", 0.0)
-  evaluate = hp.get("fedawe_eval", "mean_local")
-  if evaluate not in EVALS:
-    raise UsageError(f"unknown --fedawe_eval={evaluate!r}; valid: {', '.join(EVALS)}")
+  eta_g = hp.server_lr
+  clip = hp.fedawe_clip
+  evaluate = hp.fedawe_eval
 
   def init(key):
     server = rounds.init_server(task, world, sopt, key)

@@ -13,21 +13,26 @@ import jax.numpy as jnp
 
 from fedjax_bench.core import asynchronous
 from fedjax_bench.core.types import FederatedAlgorithm
-from fedjax_bench.errors import UsageError
+from fedjax_bench.core.server_opt import ServerLr
+from fedjax_bench.settings import coerce, section, setting
 
 DIVISORS = ("buffer", "num_clients")
 STALENESS = ("none", "sqrt")
 
 
-def build(task, world, hp: dict) -> FederatedAlgorithm:
-  divisor = hp.get("fedbuff_divisor", "buffer")
-  if divisor not in DIVISORS:
-    raise UsageError(f"unknown --fedbuff_divisor={divisor!r}; valid: {', '.join(DIVISORS)}")
-  staleness_weight = hp.get("fedbuff_staleness", "none")
-  if staleness_weight not in STALENESS:
-    raise UsageError(f"unknown --fedbuff_staleness={staleness_weight!r}; valid: "
-                     f"{', '.join(STALENESS)}")
-  eta_g = hp.get("server_lr", 1.0)
+@section("fedbuff")
+class Hparams(asynchronous.Hparams, ServerLr):
+  fedbuff_divisor: str = setting("buffer", "Divide the buffer by Delta or by n.",
+                                 choices=DIVISORS)
+  fedbuff_staleness: str = setting("none", "Weight a delta of staleness tau by 1 or 1/sqrt(1 + "
+                                   "tau).", choices=STALENESS)
+
+
+def build(task, world, hp: Hparams) -> FederatedAlgorithm:
+  hp = coerce(Hparams, hp)
+  divisor = hp.fedbuff_divisor
+  staleness_weight = hp.fedbuff_staleness
+  eta_g = hp.server_lr
   n = world.num_clients
 
   def init(x0):

@@ -26,6 +26,7 @@ from fedjax_bench.core import aggregate, compression, keys, memory, rounds
 from fedjax_bench.core import cohort as cohort_lib
 from fedjax_bench.core.types import FederatedAlgorithm, with_count
 from fedjax_bench.errors import UsageError
+from fedjax_bench.settings import NON_NEGATIVE, coerce, section, setting
 
 
 class Errors(NamedTuple):
@@ -39,32 +40,42 @@ class Aux(NamedTuple):
   # Bits are reported as count x bits-per-message, one rounding, never a running float sum.
 
 
-def compressor(hp: dict, prefix: str = "") -> compression.Compressor:
-  return compression.make(
-      hp.get(prefix + "compressor", "identity"), k=rounds.static_float(hp, prefix + "compress_k", 0.01),
-      stoc_bits=rounds.static_int(hp, prefix + "stoc_bits", 4),
-      stoc_norm=hp.get("stoc_norm", "layer"), hvsign_scaling=hp.get("hvsign_scaling", "support"),
-      count_indices=hp.get("count_indices", False))
+@section("fedef")
+class Hparams(rounds.Synchronous, compression.Compression):
+  error_feedback: bool = setting(True, "fedsgd/fedams: keep each client's compression error "
+                                 "and add it back next time (false: direct compression).")
+  ef_restart_after: int = setting(0, "Error restarting: zero a client's error last updated "
+                                  "more than S rounds ago (0: off).", check=NON_NEGATIVE)
+  ef_restart_from: int = setting(0, "Error restarting starts at this round.",
+                                 check=NON_NEGATIVE)
 
 
-def build(task, world, hp: dict, *, server_opt: str | None = None,
+@section("fedef")
+class AmsHparams(Hparams):
+  """fedams, fedef_ams: the server runs the paper's AMSGrad, whatever --server_opt says."""
+
+  def optimizer_name(self) -> str:
+    return "amsgrad"
+
+
+def build(task, world, hp: Hparams, *, server_opt: str | None = None,
           error_feedback: bool | None = None, name: str = "fedsgd") -> FederatedAlgorithm:
-  opt = hp.get("server_opt", "sgd")
+  hp = coerce(AmsHparams if server_opt == "amsgrad" else Hparams, hp)
+  opt = hp.server_opt
   if server_opt is not None and opt not in ("sgd", server_opt):
     raise UsageError(f"--algo={name} uses --server_opt={server_opt}; got {opt}")
   if opt not in ("sgd", "amsgrad"):
     raise UsageError(f"--algo={name}: --server_opt={opt}; valid: sgd, amsgrad")
-  sopt = rounds.server_optimizer(hp, name=server_opt or opt)
-  ef = hp.get("error_feedback", True)
+  sopt = hp.optimizer()
+  ef = hp.error_feedback
   if error_feedback is not None and not ef:
     raise UsageError(f"--algo={name} is error feedback; for compression without it use "
                      "--algo=fedsgd or fedams with --error_feedback=false")
-  up = compressor(hp)
-  down_name = hp.get("down_compressor", "none")
-  down = None if down_name == "none" else compressor(hp, "down_")
+  up = hp.compressor_of("up")
+  down = None if hp.down_compressor == "none" else hp.compressor_of("down")
   ef = ef and up.name != "identity"
-  restart_after = rounds.static_int(hp, "ef_restart_after", 0)
-  restart_from = hp.get("ef_restart_from", 0)
+  restart_after = rounds.static(hp.ef_restart_after, "ef_restart_after")
+  restart_from = hp.ef_restart_from
   n = world.num_clients
 
   shapes = jax.eval_shape(task.init_params, jax.random.PRNGKey(0))
@@ -147,11 +158,13 @@ def _rows(flag, a):
 
 
 class Variant(NamedTuple):
+  Hparams: type
   build: Any
 
 
 def variant(name: str, *, server_opt=None, error_feedback=None) -> Variant:
-  return Variant(lambda task, world, hp: build(task, world, hp, server_opt=server_opt,
+  return Variant(AmsHparams if server_opt == "amsgrad" else Hparams,
+                 lambda task, world, hp: build(task, world, hp, server_opt=server_opt,
                                                error_feedback=error_feedback, name=name))
 
 

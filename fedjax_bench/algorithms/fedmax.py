@@ -26,21 +26,47 @@ from fedjax_bench.core.rounds import ServerState
 from fedjax_bench.core.task import Task
 from fedjax_bench.core.types import FederatedAlgorithm, with_count
 from fedjax_bench.errors import UsageError
+from fedjax_bench.settings import NON_NEGATIVE, POSITIVE, PROBABILITY, coerce, section, setting
 from fedjax_bench.sim.world import World
 
 
-def build(task: Task, world: World, hp: dict, *, strategy: str) -> FederatedAlgorithm:
-  """hp: client_lr, lr_decay_per_round, batch_size, sampling, softmax_beta, fedmax_k,
-  alpha_floor, record_alpha, server_opt (+ server_lr)."""
+@section("loss-aware aggregation")
+class Hparams(rounds.Synchronous):
+  alpha_floor: float = setting(0.0, "alpha <- (1 - eps) alpha + eps p, so every client keeps at "
+                               "least eps of its p (spec §4.5).", check=PROBABILITY, sweep=True)
+  record_alpha: bool = setting(False, "Report every client's aggregation weight each round "
+                               "(metrics alpha_0000, alpha_0001, ...).")
+
+
+@section("loss-aware aggregation")
+class SoftmaxHparams(Hparams):
+  softmax_beta: float = setting(1.0, "fedsoftmax: alpha_i ∝ p_i exp(beta * loss_i) (beta = 1/T; "
+                                "0 is FedAvg with alpha = p).", check=NON_NEGATIVE, sweep=True)
+  softmax_temperature: float = setting(0.0, "fedsoftmax: the paper's temperature T; if > 0, "
+                                       "--softmax_beta = 1/T.", check=NON_NEGATIVE)
+
+
+@section("loss-aware aggregation")
+class TopKHparams(Hparams):
+  fedmax_k: int = setting(10, "fedmax_k: uniform weight on the k clients with the largest loss "
+                          "at the global model.", check=POSITIVE)
+
+
+HPARAMS = {"fedmax": Hparams, "fedmax_k": TopKHparams, "fedsoftmax": SoftmaxHparams}
+
+
+def build(task: Task, world: World, hp: Hparams, *, strategy: str) -> FederatedAlgorithm:
   if strategy not in loss_weights.WEIGHTS:
     raise UsageError(f"unknown aggregation strategy {strategy!r}; valid: "
                      f"{', '.join(loss_weights.STRATEGIES)}")
-  sopt = rounds.server_optimizer(hp)
-  k = rounds.static_int(hp, "fedmax_k", 1) if strategy == "fedmax_k" else 1
+  hp = coerce(HPARAMS[strategy], hp)
+  sopt = hp.optimizer()
+  k = rounds.static(hp.fedmax_k, "fedmax_k") if strategy == "fedmax_k" else 1
   if not 1 <= k <= task.num_clients:
     raise UsageError(f"--fedmax_k={k} must be between 1 and --num_clients={task.num_clients}")
   weigh = loss_weights.WEIGHTS[strategy]
-  record_alpha = bool(hp.get("record_alpha", False))
+  record_alpha = hp.record_alpha
+  beta = hp.softmax_beta if strategy == "fedsoftmax" else 1.0
 
   def init(key):
     return rounds.init_server(task, world, sopt, key), ()
@@ -49,8 +75,8 @@ def build(task: Task, world: World, hp: dict, *, strategy: str) -> FederatedAlgo
     mask, c, world_state = rounds.observe(world, server, key)
     losses = loss_weights.client_losses(task, server.params)
     p = jnp.where(rounds.participated(c, task.num_clients), task.counts, 0).astype(jnp.float32)
-    alpha = weigh(losses, p, k=k, beta=hp.get("softmax_beta", 1.0))
-    alpha = loss_weights.floor_mix(alpha, p, hp.get("alpha_floor", 0.0))
+    alpha = weigh(losses, p, k=k, beta=beta)
+    alpha = loss_weights.floor_mix(alpha, p, hp.alpha_floor)
     delta, train_losses = rounds.train(task, world, hp, server.params, c, key, server.round,
                                        sum_weights=jnp.where(c.valid, alpha[c.ids], 0.0))
     server = rounds.apply_update(sopt, server, delta, world_state, skip=~jnp.any(c.valid))
@@ -77,6 +103,8 @@ def alpha_name(i: int) -> str:
 
 
 # The registry's names: one module per strategy would repeat the round above.
-fedmax = SimpleNamespace(build=functools.partial(build, strategy="fedmax"))
-fedmax_k = SimpleNamespace(build=functools.partial(build, strategy="fedmax_k"))
-fedsoftmax = SimpleNamespace(build=functools.partial(build, strategy="fedsoftmax"))
+fedmax = SimpleNamespace(Hparams=Hparams, build=functools.partial(build, strategy="fedmax"))
+fedmax_k = SimpleNamespace(Hparams=TopKHparams,
+                           build=functools.partial(build, strategy="fedmax_k"))
+fedsoftmax = SimpleNamespace(Hparams=SoftmaxHparams,
+                             build=functools.partial(build, strategy="fedsoftmax"))

@@ -15,12 +15,15 @@ from fedjax_bench.core import aggregate, loss_weights, rounds
 from fedjax_bench.core.rounds import ServerState
 from fedjax_bench.core.task import Task
 from fedjax_bench.core.types import FederatedAlgorithm
+from fedjax_bench.settings import coerce
 from fedjax_bench.sim.world import World
 
+Hparams = rounds.Synchronous
 
-def build(task: Task, world: World, hp: dict) -> FederatedAlgorithm:
-  """hp: client_lr, lr_decay_per_round, batch_size, sampling, server_opt (+ server_lr)."""
-  sopt = rounds.server_optimizer(hp)
+
+def build(task: Task, world: World, hp: rounds.Synchronous) -> FederatedAlgorithm:
+  hp = coerce(Hparams, hp)
+  sopt = hp.optimizer()
 
   def init(key):
     return rounds.init_server(task, world, sopt, key), ()

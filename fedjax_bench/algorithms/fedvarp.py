@@ -17,10 +17,14 @@ import jax.numpy as jnp
 from fedjax_bench.algorithms.mifa import init_with_memory, refresh
 from fedjax_bench.core import aggregate, cohort as cohort_lib, rounds
 from fedjax_bench.core.types import FederatedAlgorithm
+from fedjax_bench.settings import coerce
+
+Hparams = rounds.Synchronous
 
 
-def build(task, world, hp: dict) -> FederatedAlgorithm:
-  sopt = rounds.server_optimizer(hp)
+def build(task, world, hp: rounds.Synchronous) -> FederatedAlgorithm:
+  hp = coerce(Hparams, hp)
+  sopt = hp.optimizer()
   m = world.num_clients
 
   def init(key):

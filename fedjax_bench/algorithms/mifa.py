@@ -15,6 +15,9 @@ import jax.numpy as jnp
 
 from fedjax_bench.core import aggregate, cohort as cohort_lib, rounds
 from fedjax_bench.core.types import FederatedAlgorithm
+from fedjax_bench.settings import coerce
+
+Hparams = rounds.Synchronous
 
 
 def zeros_per_client(params, m: int):
@@ -36,8 +39,9 @@ def init_with_memory(task, world, sopt, key):
   return server._replace(aux=zero), zeros_per_client(server.params, world.num_clients)
 
 
-def build(task, world, hp: dict) -> FederatedAlgorithm:
-  sopt = rounds.server_optimizer(hp)
+def build(task, world, hp: rounds.Synchronous) -> FederatedAlgorithm:
+  hp = coerce(Hparams, hp)
+  sopt = hp.optimizer()
   m = world.num_clients
 
   def init(key):

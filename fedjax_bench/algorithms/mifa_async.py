@@ -15,9 +15,14 @@ import jax.numpy as jnp
 
 from fedjax_bench.core import asynchronous
 from fedjax_bench.core.types import FederatedAlgorithm
+from fedjax_bench.settings import coerce
 
 
-def build(task, world, hp: dict) -> FederatedAlgorithm:
+Hparams = asynchronous.Hparams
+
+
+def build(task, world, hp: Hparams) -> FederatedAlgorithm:
+  hp = coerce(Hparams, hp)
   n = world.num_clients
 
   def init(x0):

@@ -22,9 +22,16 @@ import jax.numpy as jnp
 from fedjax_bench.core import aggregate, asynchronous, keys, local, rounds
 from fedjax_bench.core.types import FederatedAlgorithm, with_count
 from fedjax_bench.errors import UsageError
+from fedjax_bench.settings import coerce, section, setting
 from fedjax_bench.sim import asynchrony
 
 WEIGHTINGS = ("uniform", "data")
+
+
+@section("sfedavg")
+class Hparams(asynchronous.Hparams):
+  sfedavg_weighting: str = setting("uniform", "Uniform mean of the sampled models, or weighted "
+                                   "by data size.", choices=WEIGHTINGS)
 
 
 class Server(NamedTuple):
@@ -36,22 +43,18 @@ class Server(NamedTuple):
   messages: jax.Array  # int32 client messages so far
 
 
-def build(task, world, hp: dict) -> FederatedAlgorithm:
+def build(task, world, hp: Hparams) -> FederatedAlgorithm:
+  hp = coerce(Hparams, hp)
   n = world.num_clients
-  delta = rounds.static_int(hp, "async_delta", 4)
+  delta = rounds.static(hp.async_delta, "async_delta (sfedavg's cohort size)")
   if not 0 < delta <= n:
     raise UsageError(f"--async_delta={delta} must be in [1, num_clients={n}] for sfedavg")
-  weighting = hp.get("sfedavg_weighting", "uniform")
-  if weighting not in WEIGHTINGS:
-    raise UsageError(f"unknown --sfedavg_weighting={weighting!r}; valid: "
-                     f"{', '.join(WEIGHTINGS)}")
-  sampling = hp.get("sampling", "shuffle")
-  if sampling not in local.SAMPLINGS:
-    raise UsageError(f"unknown --sampling={sampling!r}; valid: {', '.join(local.SAMPLINGS)}")
+  weighting = hp.sfedavg_weighting
+  sampling = hp.sampling
   clock = asynchronous.make_clock(world, hp, aggregation=False)
   loss_scale = asynchronous.data_weights(task, hp)
-  opt = asynchronous.client_optimizer(hp["client_lr"], asynchronous.projection(hp))
-  horizon = hp.get("sim_time", 0.0)
+  opt = asynchronous.client_optimizer(hp.client_lr, asynchronous.projection(hp))
+  horizon = hp.sim_time
 
   def init(key):
     params = asynchronous.initial_params(task, hp, key)
@@ -63,8 +66,8 @@ def build(task, world, hp: dict) -> FederatedAlgorithm:
     draw = jax.random.uniform(keys.for_purpose(key, "participation"), (n,))
     _, ids = jax.lax.top_k(draw, delta)
     deltas, losses = local.train_cohort(
-        task, world, server.params, ids, key, opt=opt, batch_size=hp["batch_size"],
-        sampling=sampling, width=hp.get("client_width", -1), loss_scale=loss_scale,
+        task, world, server.params, ids, key, opt=opt, batch_size=hp.batch_size,
+        sampling=sampling, width=hp.client_width, loss_scale=loss_scale,
         loss_fn=asynchronous.float32_loss(task))
     weights = (task.counts[ids].astype(jnp.float32) if weighting == "data"
                else jnp.ones(delta, jnp.float32))

@@ -27,13 +27,52 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from fedjax_bench.core import keys, local, rounds
+from fedjax_bench.core import keys, local
 from fedjax_bench.core.types import FederatedAlgorithm, with_count
+from fedjax_bench.core.local import LocalTraining
 from fedjax_bench.errors import UsageError
+from fedjax_bench.settings import NON_NEGATIVE, POSITIVE, coerce, section, setting
 from fedjax_bench.sim import asynchrony
 
 GRAD_SCALES = ("data_weight", "none")
 PROJECTIONS = ("none", "ball", "box")
+
+
+@section("asynchronous clock")
+class AsyncClock:
+  sim_time: float = setting(0.0, "Simulated time horizon T; events after T change nothing, and "
+                            "without --rounds the run lasts about T (0: --rounds events).",
+                            check=NON_NEGATIVE)
+  async_delta: int = setting(4, "Aggregate every this many client messages (Delta; sfedavg: "
+                             "clients per synchronous round).", check=POSITIVE, sweep=True)
+  async_rates: str = setting("uniform", "Client update rates lambda_i: all --async_rate, or "
+                             "N(--async_rate, --async_rate_std) clipped at --async_min_rate, "
+                             "drawn from --partition_seed.", choices=asynchrony.RATES)
+  async_rate: float = setting(10.0, "Mean client update rate.", check=POSITIVE)
+  async_rate_std: float = setting(5.0, "Std of --async_rates=normal.", check=NON_NEGATIVE)
+  async_min_rate: float = setting(0.5, "Rates below this are clipped to it.", check=POSITIVE)
+  async_delay: str = setting("exponential", "Law of the time between a client's messages (mean "
+                             "1/lambda_i).", choices=asynchrony.DELAYS)
+  async_delay_shape: float = setting(0.0, "Shape of lognormal (sigma) or pareto (tail index) "
+                                     "delays (0: 1 and 1.5).", check=NON_NEGATIVE)
+  aggregation: str = setting("count", "Aggregate after --async_delta messages, or at Poisson "
+                             "aggregation events (the theory's).",
+                             choices=asynchrony.AGGREGATIONS)
+  async_agg_rate: float = setting(0.0, "Rate of --aggregation=poisson events (0: sum of rates "
+                                  "/ Delta).", check=NON_NEGATIVE)
+  grad_scale: str = setting("data_weight", "The client oracle is w_i grad f_i with w_i = n_i / "
+                            "N (AREA spec §1), or unscaled.", choices=GRAD_SCALES)
+  send_after_aggregation: bool = setting(False, "The client that triggers an aggregation "
+                                         "receives the new model (default: the one before).")
+  projection: str = setting("none", "Project every local step onto a ball of "
+                            "--projection_radius or the box [-R, R].", choices=PROJECTIONS)
+  projection_radius: float = setting(1.0, "R of --projection.", check=POSITIVE,
+                                     used_if=lambda hp: hp.projection != "none")
+
+
+@section("asynchronous clock")
+class Hparams(LocalTraining, AsyncClock):
+  """What every asynchronous algorithm reads: its local training and its clock."""
 
 
 class Server(NamedTuple):
@@ -97,15 +136,13 @@ def zeros_like(tree):
   return jax.tree.map(jnp.zeros_like, tree)
 
 
-def make_clock(world, hp: dict, *, aggregation: bool | None = None) -> asynchrony.Clock:
+def make_clock(world, hp: Hparams, *, aggregation: bool | None = None) -> asynchrony.Clock:
   """The world's clock, or the renewal clock the async_* hyperparameters describe (rates
   from partition_seed, so every seed of a run shares them, unless the world gives a run
   its own: --data_per_seed). ``aggregation`` overrides
   whether Poisson aggregation events are wanted (default: hp aggregation == "poisson")."""
-  kind = hp.get("aggregation", "count")
-  if kind not in asynchrony.AGGREGATIONS:
-    raise UsageError(f"unknown --aggregation={kind!r}; valid: "
-                     f"{', '.join(asynchrony.AGGREGATIONS)}")
+  hp = coerce(Hparams, hp)
+  kind = hp.aggregation
   poisson = kind == "poisson" if aggregation is None else aggregation
   if world.clock is not None:
     if aggregation is None and world.clock.has_aggregation != poisson:
@@ -117,21 +154,19 @@ def make_clock(world, hp: dict, *, aggregation: bool | None = None) -> asynchron
   agg_rate = None
   if poisson:
     # 0 (default): the count rule's mean rate, sum(lambda) / Delta.
-    given = hp.get("async_agg_rate", 0.0)
-    agg_rate = jnp.where(given > 0, given, rates.sum() / hp.get("async_delta", 4))
-  shape = rounds.static_float(hp, "async_delay_shape", 0.0)
-  return asynchrony.renewal(rates, hp.get("async_delay", "exponential"),
+    given = hp.async_agg_rate
+    agg_rate = jnp.where(given > 0, given, rates.sum() / hp.async_delta)
+  shape = hp.async_delay_shape
+  return asynchrony.renewal(rates, hp.async_delay,
                             shape=shape if shape > 0 else None, agg_rate=agg_rate)
 
 
-def client_rates(hp: dict, n: int) -> np.ndarray:
-  """lambda_i from the async_* hyperparameters (drawn from partition_seed)."""
-  rates = asynchrony.client_rates(
-      hp.get("async_rates", "uniform"), n,
-      rate=rounds.static_float(hp, "async_rate", 10.0),
-      std=rounds.static_float(hp, "async_rate_std", 5.0),
-      min_rate=rounds.static_float(hp, "async_min_rate", 0.5),
-      seed=rounds.static_int(hp, "partition_seed", 0))
+def client_rates(clock: AsyncClock, n: int, seed: int = 0) -> np.ndarray:
+  """lambda_i from the clock's async_* settings, drawn from ``seed`` (the data's
+  --partition_seed: the world of a run holds them, `World.rates`)."""
+  rates = asynchrony.client_rates(clock.async_rates, n, rate=clock.async_rate,
+                                  std=clock.async_rate_std, min_rate=clock.async_min_rate,
+                                  seed=seed)
   if not (rates > 0).all():
     raise UsageError("client rates must be positive: check --async_rate, --async_min_rate")
   return rates
@@ -142,11 +177,9 @@ def unscaled(loss, weight):
   return jnp.where(weight > 0, loss / jnp.where(weight > 0, weight, 1), 0.0)
 
 
-def data_weights(task, hp: dict) -> jax.Array:
+def data_weights(task, hp: Hparams) -> jax.Array:
   """[n] float32 scale of client i's loss: w_i = s_i / S ("data_weight", spec §1) or 1."""
-  scale = hp.get("grad_scale", "data_weight")
-  if scale not in GRAD_SCALES:
-    raise UsageError(f"unknown --grad_scale={scale!r}; valid: {', '.join(GRAD_SCALES)}")
+  scale = hp.grad_scale
   counts = jnp.asarray(task.counts, jnp.float32)
   return counts / jnp.sum(counts) if scale == "data_weight" else jnp.ones_like(counts)
 
@@ -157,11 +190,10 @@ def float32_loss(task) -> Callable:
   return lambda *args: task.loss(*args).astype(jnp.float32)
 
 
-def projection(hp: dict) -> Callable | None:
+def projection(hp: Hparams) -> Callable | None:
   """P_X: "ball" (global L2 norm <= R) or "box" ([-R, R] per coordinate), R =
   projection_radius; None for X = R^p."""
-  name = hp.get("projection", "none")
-  radius = hp.get("projection_radius", 1.0)
+  name, radius = hp.projection, hp.projection_radius
   if name == "none":
     return None
   if name == "ball":
@@ -174,7 +206,7 @@ def projection(hp: dict) -> Callable | None:
   raise UsageError(f"unknown --projection={name!r}; valid: {', '.join(PROJECTIONS)}")
 
 
-def initial_params(task, hp: dict, key):
+def initial_params(task, hp: Hparams, key):
   """x0 = P_X(the model's initialization), so that x0 lies in X."""
   params = task.init_params(keys.for_purpose(key, "init"))
   project = projection(hp)
@@ -195,13 +227,10 @@ def client_optimizer(alpha, project: Callable | None) -> optax.GradientTransform
   return optax.GradientTransformation(sgd.init, update)
 
 
-def local_sgd(task, world, hp: dict) -> Callable:
+def local_sgd(task, world, hp: Hparams) -> Callable:
   """(start, client i, alpha, round key) -> (x_loc, i's mean unscaled loss): client i's
   K_i local steps on w_i * its loss (exact for any K), projected after each step."""
-  sampling = hp.get("sampling", "shuffle")
-  if sampling not in local.SAMPLINGS:
-    raise UsageError(f"unknown --sampling={sampling!r}; valid: {', '.join(local.SAMPLINGS)}")
-  spec = local.LocalSpec(world.max_steps, hp["batch_size"], sampling)
+  spec = local.LocalSpec(world.max_steps, hp.batch_size, hp.sampling)
   weights = data_weights(task, hp)
   project = projection(hp)
   loss_fn = float32_loss(task)
@@ -218,17 +247,17 @@ def local_sgd(task, world, hp: dict) -> Callable:
   return train
 
 
-def build(task, world, hp: dict, method: Method, *, delta=None, lr_power=0.0,
+def build(task, world, hp: Hparams, method: Method, *, delta=None, lr_power=0.0,
           lagged: bool = False) -> FederatedAlgorithm:
   """The event-driven algorithm of ``method``: aggregation every ``delta`` messages
   (default hp async_delta) or at the clock's Poisson aggregation events."""
   n = world.num_clients
   clock = make_clock(world, hp)
   poisson = clock.has_aggregation
-  delta = hp.get("async_delta", 4) if delta is None else delta
-  horizon = hp.get("sim_time", 0.0)
-  send_after = bool(rounds.static_int(hp, "send_after_aggregation", False))
-  alpha0 = jnp.asarray(hp["client_lr"], jnp.float32)
+  delta = hp.async_delta if delta is None else delta
+  horizon = hp.sim_time
+  send_after = hp.send_after_aggregation
+  alpha0 = jnp.asarray(hp.client_lr, jnp.float32)
   train = local_sgd(task, world, hp)
 
   def init(key):

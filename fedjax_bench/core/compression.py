@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_bench.errors import UsageError
+from fedjax_bench.settings import UNIT_INTERVAL, at_least, section, setting
 
 COMPRESSORS = ("identity", "topk", "randk", "sign", "hvsign", "stoc")
 GROUPINGS = ("tensor", "layer", "global")
@@ -168,6 +169,39 @@ def _apply_grouped(fn, groups, key, tree, *, draw=None, global_norm: bool = Fals
 def _choices(what: str, value, valid) -> None:
   if value not in valid:
     raise UsageError(f"unknown {what} {value!r}; valid: {', '.join(valid)}")
+
+
+_DOWN = lambda hp: hp.down_compressor != "none"
+
+
+@section("compression")
+class Compression:
+  compressor: str = setting("identity", "Uplink compressor, per parameter tensor (Fed-EF spec "
+                            "§3).", choices=COMPRESSORS)
+  compress_k: float = setting(0.01, "Fraction kept by topk/hvsign/randk: max(1, floor(k d_i)) "
+                              "entries of each tensor.", check=UNIT_INTERVAL)
+  stoc_bits: int = setting(4, "Bits per coordinate of --compressor=stoc (QSGD).",
+                           check=at_least(1))
+  stoc_norm: str = setting("layer", "stoc: one norm per tensor or one for the whole model.",
+                           choices=STOC_NORMS)
+  hvsign_scaling: str = setting("support", "hvsign: scale by mean |x| over the kept entries, "
+                                "or ||x_S||_1 / d_i.", choices=HVSIGN_SCALINGS)
+  count_indices: bool = setting(False, "Count index bits of sparse messages (the paper does "
+                                "not).")
+  down_compressor: str = setting("none", "Two-way compression: the server's compressor, with "
+                                 "server-side error feedback.", choices=("none", *COMPRESSORS))
+  down_compress_k: float = setting(0.01, "--compress_k of the downlink compressor.",
+                                   check=UNIT_INTERVAL, used_if=_DOWN)
+  down_stoc_bits: int = setting(4, "--stoc_bits of the downlink compressor.", check=at_least(1),
+                                used_if=_DOWN)
+
+  def compressor_of(self, direction: str = "up") -> "Compressor":
+    down = direction == "down"
+    return make(self.down_compressor if down else self.compressor,
+                k=self.down_compress_k if down else self.compress_k,
+                stoc_bits=self.down_stoc_bits if down else self.stoc_bits,
+                stoc_norm=self.stoc_norm, hvsign_scaling=self.hvsign_scaling,
+                count_indices=self.count_indices)
 
 
 def make(name: str, *, k: float = 0.01, stoc_bits: int = 4, stoc_norm: str = "layer",

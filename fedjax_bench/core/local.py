@@ -21,10 +21,30 @@ import jax.numpy as jnp
 import optax
 
 from fedjax_bench.core import cohort, keys
+from fedjax_bench.settings import NON_NEGATIVE, POSITIVE, at_least, section, setting
 
 SAMPLINGS = ("shuffle", "shuffle_drop_last", "replacement")
 # Bytes of minibatches read ahead of local training, over all clients trained at once.
 GATHER_BUDGET = 64 << 20
+
+
+@section("local training")
+class LocalTraining:
+  local_steps: int = setting(10, "Local optimizer steps per round.", check=POSITIVE)
+  local_epochs: float = setting(0.0, "If > 0, each client runs this many epochs of ceil(n_i / "
+                                "batch_size) steps (floor, at least 1, with --sampling="
+                                "shuffle_drop_last) instead of --local_steps.", check=NON_NEGATIVE)
+  batch_size: int = setting(32, "Local minibatch size.", check=POSITIVE)
+  sampling: str = setting("shuffle", "Local minibatches: shuffled epochs with a partial last "
+                          "batch (shuffle), shuffled epochs of full batches only, the remainder "
+                          "dropped as PyTorch's drop_last=True (shuffle_drop_last; the FedAWE "
+                          "and FedALIGN authors' code), or uniform with replacement.",
+                          choices=SAMPLINGS)
+  client_lr: float = setting(0.1, "Client SGD learning rate (eta_0 of a schedule).",
+                             check=POSITIVE, sweep=True)
+  client_width: int = setting(-1, "Clients trained at once (vmapped) per step of a loop over "
+                              "the cohort: 0 = the whole cohort, -1 = auto (4 on CPU, 0 on "
+                              "GPU/TPU). Changes speed, not results.", check=at_least(-1))
 
 
 class LocalSpec(NamedTuple):

@@ -58,13 +58,13 @@ def estimate(build, task, hparams: dict, world, num_runs: int, num_devices: int,
   data = tree_bytes(list({id(a): a for a in arrays}.values()))  # a view's x is train_eval_x
   cap = world.participation.cap
   from fedjax_bench.core import cohort, local
-  width = cohort.resolve_width(hparams.get("client_width", -1)) or cap
+  width = cohort.resolve_width(hparams.client_width) or cap
   example = math.prod(task.feature_shape) * 4
-  spec = local.LocalSpec(world.max_steps, hparams["batch_size"])
+  spec = local.LocalSpec(world.max_steps, hparams.batch_size)
   ahead = (min(local.GATHER_BUDGET, min(width, cap) * spec.max_steps * spec.batch_size * example)
            + min(local.GATHER_BUDGET, local.positions_bytes(cap, spec)))
   working = 2 * cap * params + min(width, cap) * (4 * params
-                                                  + hparams["batch_size"] * example) + ahead
+                                                  + hparams.batch_size * example) + ahead
   runs_here = num_runs // max(k for k in range(1, num_devices + 1) if num_runs % k == 0)
   state = tree_bytes((server, clients))
   if run_data is not None:

@@ -8,10 +8,14 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from fedjax_bench.core import cohort as cohort_lib, keys, local, schedules, server_opt
+from fedjax_bench.core import cohort as cohort_lib, keys, local, schedules
 from fedjax_bench.core.cohort import Cohort
+from fedjax_bench.core.local import LocalTraining
+from fedjax_bench.core.schedules import ClientLrSchedule
+from fedjax_bench.core.server_opt import ServerOptimizer
 from fedjax_bench.core.types import with_count
 from fedjax_bench.errors import UsageError
+from fedjax_bench.settings import coerce, section
 
 
 class ServerState(NamedTuple):
@@ -22,30 +26,18 @@ class ServerState(NamedTuple):
   aux: Any = ()      # an algorithm's own server-side state
 
 
-def static_int(hp: dict, name: str, default: int) -> int:
-  """A hyperparameter that shapes arrays or loops, so a grid cannot sweep it."""
-  return int(_static(hp, name, default))
-
-
-def static_float(hp: dict, name: str, default: float) -> float:
-  """A float hyperparameter that shapes arrays (a TopK fraction), so a grid cannot sweep it."""
-  return float(_static(hp, name, default))
-
-
-def _static(hp: dict, name: str, default):
-  value = hp.get(name, default)
+def static(value, name: str):
+  """A setting that shapes arrays or loops here, refused as a grid's traced value."""
   if isinstance(value, jax.core.Tracer):
     raise UsageError(f"{name} sets array shapes and cannot be swept in a grid; run one value "
                      "per invocation")
   return value
 
 
-def server_optimizer(hp: dict, name: str | None = None) -> optax.GradientTransformation:
-  """--server_opt (or ``name``) with --server_lr and the settings that optimizer takes."""
-  name = name or hp.get("server_opt", "sgd")
-  kwargs = hp.get("server_opt_kwargs", {})
-  return server_opt.make(name, hp.get("server_lr", 1.0),
-                         **{k: kwargs[k] for k in server_opt.SETTINGS.get(name, ()) if k in kwargs})
+@section("local training")
+class Synchronous(LocalTraining, ClientLrSchedule, ServerOptimizer):
+  """What every synchronous algorithm reads: local training, its learning-rate schedule and
+  the server optimizer."""
 
 
 def init_server(task, world, sopt: optax.GradientTransformation, key, aux=()) -> ServerState:
@@ -67,14 +59,14 @@ def observe(world, server: ServerState, key) -> tuple[jax.Array | None, Cohort, 
   return mask, cohort_lib.from_mask(mask, p.cap), world_state
 
 
-def train(task, world, hp: dict, start, c: Cohort, key, t, *, per_client_start=False,
+def train(task, world, hp: Synchronous, start, c: Cohort, key, t, *, per_client_start=False,
           loss_fn=None, sum_weights=None):
   """Local SGD of cohort ``c`` at round t's client learning rate: (deltas, losses), or
   with ``sum_weights`` (sum_i w_i delta_i, losses) (`local.train_cohort`)."""
+  hp = coerce(Synchronous, hp)
   return local.train_cohort(
       task, world, start, c.ids, key, opt=optax.sgd(schedules.client_lr(hp, t)),
-      batch_size=hp["batch_size"], sampling=hp.get("sampling", "shuffle"),
-      width=hp.get("client_width", -1), loss_fn=loss_fn, per_client_start=per_client_start,
+      batch_size=hp.batch_size, sampling=hp.sampling, width=hp.client_width, loss_fn=loss_fn, per_client_start=per_client_start,
       sum_weights=sum_weights)
 
 

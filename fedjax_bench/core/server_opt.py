@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import optax
 
 from fedjax_bench.errors import UsageError
+from fedjax_bench.settings import POSITIVE, section, setting
 
 SERVER_OPTS = ("sgd", "momentum", "adam", "yogi", "adagrad", "amsgrad", "optax_adam",
                "optax_yogi")
@@ -120,3 +121,40 @@ def make(name: str, lr, *, momentum: float = 0.9, b1: float = 0.9, b2: float = 0
   if name == "amsgrad":
     return amsgrad(lr, b1=b1, b2=b2, eps=eps)
   raise UsageError(f"unknown --server_opt={name!r}; valid: {', '.join(SERVER_OPTS)}")
+
+
+def _reads(kwarg: str):
+  return lambda hp: kwarg in SETTINGS.get(hp.optimizer_name(), ())
+
+
+@section("server optimizer")
+class ServerLr:
+  server_lr: float = setting(1.0, "Server learning rate.", check=POSITIVE, sweep=True)
+
+
+@section("server optimizer")
+class ServerOptimizer(ServerLr):
+  server_opt: str = setting("sgd", "Server optimizer on the pseudo-gradient: momentum = FedAvgM; "
+                            "adam/yogi/adagrad = FedAdam/FedYogi/FedAdagrad as Reddi et al. 2021 "
+                            "Algorithm 2 writes them (no bias correction, tau = --server_eps "
+                            "outside the square root, v starts at tau^2); optax_adam/optax_yogi "
+                            "= optax's bias-corrected Adam/Yogi; amsgrad = the Fed-EF paper's.",
+                            choices=SERVER_OPTS)
+  server_momentum: float = setting(0.9, "Momentum for --server_opt=momentum.", sweep=True,
+                                   used_if=_reads("momentum"))
+  server_beta1: float = setting(0.9, "beta1 for the adaptive server optimizers.", sweep=True,
+                                used_if=_reads("b1"))
+  server_beta2: float = setting(0.99, "beta2 for adam/yogi/amsgrad/optax_*.", sweep=True,
+                                used_if=_reads("b2"))
+  server_eps: float = setting(1e-3, "epsilon (tau) for the adaptive server optimizers.",
+                              sweep=True, used_if=_reads("eps"))
+
+  def optimizer_name(self) -> str:
+    """The optimizer the algorithm runs (an algorithm with its own overrides this)."""
+    return self.server_opt
+
+  def optimizer(self) -> optax.GradientTransformation:
+    name = self.optimizer_name()
+    given = {"momentum": self.server_momentum, "b1": self.server_beta1,
+             "b2": self.server_beta2, "eps": self.server_eps}
+    return make(name, self.server_lr, **{k: given[k] for k in SETTINGS.get(name, ())})

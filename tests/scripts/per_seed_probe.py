@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
-from fedjax_bench import engine, experiment, reference  # noqa: E402
+from fedjax_bench import engine, experiment  # noqa: E402
 
 # toyfl (generated per seed, pooled, with per-seed test sets) and data-correlated sine
 # availability (phi per seed). Few local steps, as engine_probe.py: with ~27 steps a round
@@ -24,7 +24,7 @@ CONFIG = dict(algo="fedavg", dataset="toyfl", model="logreg", num_clients=12, al
 
 
 def main(out, seeds):
-  cfg = {**reference.default_flags(), **CONFIG}
+  cfg = dict(CONFIG)
   exp = experiment.setup(cfg, seeds=seeds)
   result = engine.run(exp.build, exp.task, exp.hparams, seeds=seeds, rounds=3, eval_every=3,
                       run_data=exp.run_data)

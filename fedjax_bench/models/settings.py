@@ -1,0 +1,26 @@
+"""The model and objective settings (`fedjax_bench.settings`)."""
+
+from fedjax_bench import models as models_lib
+from fedjax_bench.settings import NON_NEGATIVE, section, setting
+
+
+@section("model and objective")
+class ModelSettings:
+  model: str = setting("logreg", "Model.", choices=models_lib.MODELS)
+  mlp_hidden: tuple = setting((200, 200), "Hidden widths of --model=mlp.")
+  zero_init: bool = setting(False, "Start from all-zero weights (--model=logreg only; the "
+                            "FedAWE spec's toyfl experiment; the default of the asynchronous "
+                            "algorithms on MNIST, AREA's x0 = 0).")
+  logreg_bias: bool = setting(True, "--model=logreg has a bias (AREA's problem: none).")
+  l2: float = setting(0.0, "L2 regularization (nu/2)||theta||^2 added to every local loss and "
+                      "to train_loss (AREA's MNIST problem: 1e-3).", check=NON_NEGATIVE)
+  augment: bool = setting(True, "Apply the dataset's training augmentation (svhn: random "
+                          "crop; cifar10, cinic10: crop and flip; none for the others).")
+  batchwise_augmentation: bool = setting(False, "One crop/flip per minibatch instead of per "
+                                         "image (what the FedAWE authors' code does).")
+
+  def make(self, dataset):
+    return models_lib.make(self.model, num_classes=dataset.num_classes, is_image=dataset.is_image,
+                       mlp_hidden=self.mlp_hidden, normalize=dataset.normalize,
+                       zero_init=self.zero_init,
+                       bias=self.logreg_bias if self.model == "logreg" else None)

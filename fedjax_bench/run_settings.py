@@ -1,0 +1,47 @@
+"""The evaluation, run and output settings (`fedjax_bench.settings`)."""
+
+from fedjax_bench.settings import NON_NEGATIVE, POSITIVE, at_least, section, setting
+
+
+@section("evaluation")
+class EvalSettings:
+  rounds: int = setting(100, "Communication rounds (asynchronous algorithms: server events).",
+                        check=POSITIVE)
+  eval_every: int = setting(10, "Rounds between evaluations.", check=POSITIVE)
+  final_window: int = setting(0, "`final` in summary.json averages the evaluations of the "
+                              "last this many rounds (0: the last evaluation).",
+                              check=NON_NEGATIVE)
+  train_eval_examples: int = setting(10000, "train_loss is scored on a fixed random subset of "
+                                     "this many training examples (0: all).",
+                                     check=NON_NEGATIVE)
+  eval_grad_norm: bool = setting(False, "Evaluations also report grad_norm_sq, the squared "
+                                 "norm of the full-batch training gradient.")
+  optimality_gap: bool = setting(False, "Solve for f* once (cached) and report optimality_gap "
+                                 "= train_loss - f*, and dist_sq/rel_dist_sq to theta*; "
+                                 "train_loss is then over all training examples.")
+
+
+@section("run and output")
+class RunSettings:
+  output_dir: str = setting(None, "Where the run's files go (default results/runs/NAME).")
+  name: str = setting(None, "Run name (default ALGO_DATASET_MODEL).")
+  tensorboard: bool = setting(False, "Also write TensorBoard event files of every metric, one "
+                              "run per seed and grid point, under OUTPUT_DIR/tensorboard.")
+  checkpoint_every: int = setting(1, "Save the whole simulation to OUTPUT_DIR/checkpoint.npz "
+                                  "after every this many evaluations (0: never); it is removed "
+                                  "when the run's results are written.", check=NON_NEGATIVE)
+  resume: bool = setting(False, "Continue from OUTPUT_DIR/checkpoint.npz, bit-identically to "
+                         "a run never stopped (--rounds may grow); a finished run in "
+                         "OUTPUT_DIR is skipped.")
+  check_only: bool = setting(False, "Check the settings as a run would (load the data, build "
+                             "the algorithm), then exit without training or writing anything.")
+  distributed: bool = setting(False, "Run as one process of a multi-host job: calls "
+                              "jax.distributed.initialize() (on TPU pods and SLURM/Open MPI it "
+                              "finds its peers itself; elsewhere give --coordinator_address, "
+                              "--num_processes and --process_id). Runs are sharded over every "
+                              "process's devices; process 0 writes the results.")
+  coordinator_address: str = setting(None, "--distributed: host:port of process 0.")
+  num_processes: int = setting(0, "--distributed: how many processes (0: detect).",
+                               check=NON_NEGATIVE)
+  process_id: int = setting(-1, "--distributed: this process's index (-1: detect).",
+                            check=at_least(-1))

@@ -1,0 +1,180 @@
+"""Typed settings: every setting of a run is declared once, in the layer that reads it.
+
+A *section* is a frozen dataclass whose fields are `setting(...)`s: default, one-line help,
+allowed values, a check, whether a grid may sweep it (it shapes no array and no Python
+control flow) and, for a setting that only matters in some configurations, `used_if`.
+Algorithms declare their hyperparameters the same way (``Hparams`` in their module),
+composing the shared sections they read by inheritance. The command line
+(`fedjax_bench.flags`), the Python API (`fedjax_bench.api`) and the scripts all read
+these declarations; nothing else holds a default.
+"""
+
+import dataclasses
+import difflib
+from typing import Any, Callable, Mapping
+
+from fedjax_bench.errors import UsageError
+
+
+@dataclasses.dataclass(frozen=True)
+class Check:
+  test: Callable[[Any], bool]
+  rule: str  # completes "--name=value ..."
+
+
+POSITIVE = Check(lambda v: v > 0, "must be positive")
+NON_NEGATIVE = Check(lambda v: v >= 0, "must be >= 0")
+UNIT_INTERVAL = Check(lambda v: 0 < v <= 1, "must be in (0, 1]")
+PROBABILITY = Check(lambda v: 0 <= v <= 1, "must be in [0, 1]")
+
+
+def at_least(bound) -> Check:
+  return Check(lambda v: v >= bound, f"must be >= {bound}")
+
+
+def setting(default, help: str, *, choices=None, sweep: bool = False, check: Check = None,
+            used_if: Callable[[Any], bool] = None, kind: type = None):
+  """One setting. ``kind`` is needed only when the default is None (then str).
+  ``used_if(section) -> bool``: whether the value takes effect, given the other values of
+  the object it sits in (a value given while it does not is refused as having no effect)."""
+  kind = kind or (str if default is None else type(default))
+  return dataclasses.field(default=default, metadata={
+      "help": help, "choices": tuple(choices) if choices is not None else None,
+      "sweep": sweep, "check": check, "used_if": used_if, "kind": kind})
+
+
+def section(title: str):
+  """Class decorator: a frozen dataclass of settings, shown under ``title`` in --helpfull."""
+  def wrap(cls):
+    cls = dataclasses.dataclass(frozen=True)(cls)
+    cls.TITLE = title
+    _SECTIONS.append(cls)
+    return cls
+  return wrap
+
+
+@dataclasses.dataclass(frozen=True)
+class Spec:
+  name: str
+  kind: type
+  default: Any
+  help: str
+  choices: tuple | None
+  sweep: bool
+  check: Check | None
+  used_if: Callable | None
+  title: str  # the section that declares it
+
+  def convert(self, value):
+    """``value`` as this setting's type, checked; UsageError naming the problem. An array
+    (a grid's traced value) passes unchanged."""
+    if hasattr(value, "shape") and hasattr(value, "dtype"):
+      return value
+    name = f"--{self.name}={value!r}"
+    if self.kind is bool:
+      if not isinstance(value, (bool, int)) or value not in (0, 1):
+        raise UsageError(f"{name} must be true or false")
+      value = bool(value)
+    elif self.kind is int:
+      if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+        raise UsageError(f"{name} must be an integer")
+      value = int(value)
+    elif self.kind is float:
+      if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise UsageError(f"{name} must be a number")
+      value = float(value)
+    elif self.kind is tuple:
+      if isinstance(value, str):
+        value = [v for v in value.split(",") if v.strip()]
+      try:
+        value = tuple(int(v) for v in value)
+      except (TypeError, ValueError):
+        raise UsageError(f"{name} must be a list of integers") from None
+    elif value is not None and not isinstance(value, str):
+      raise UsageError(f"{name} must be a string")
+    if self.choices is not None and value not in self.choices:
+      raise UsageError(f"{name} is not valid; valid: {', '.join(map(str, self.choices))}")
+    if self.check is not None and value is not None and not self.check.test(value):
+      raise UsageError(f"--{self.name} {self.check.rule} (got {value!r})")
+    return value
+
+
+def specs(cls) -> dict[str, Spec]:
+  """Every setting of a section or Hparams class, by name, in declaration order."""
+  out = {}
+  for f in dataclasses.fields(cls):
+    m = f.metadata
+    if "help" not in m:
+      continue
+    owner = next(c for c in reversed(cls.__mro__) if f.name in getattr(c, "__annotations__", {})
+                 and dataclasses.is_dataclass(c))
+    out[f.name] = Spec(f.name, m["kind"], f.default, m["help"], m["choices"], m["sweep"],
+                       m["check"], m["used_if"], getattr(owner, "TITLE", owner.__name__))
+  return out
+
+
+def closest(name: str, valid) -> str:
+  """', did you mean ...' for a misspelled name, or the valid names when none is close."""
+  near = difflib.get_close_matches(name, list(valid), n=3, cutoff=0.6)
+  if near:
+    return f"closest: {', '.join(near)}"
+  return f"valid: {', '.join(sorted(valid))}"
+
+
+def make(cls, values: Mapping[str, Any] | None = None, *, known=(), **kwargs):
+  """An instance of ``cls`` from settings by name (the defaults for the rest), each value
+  converted and checked. A name that is no setting of ``cls`` is an error naming the
+  closest valid ones, unless it is in ``known`` (the names of other sections: ignored)."""
+  values = {**(values or {}), **kwargs}
+  own = specs(cls)
+  for name in values:
+    if name not in own and name not in known:
+      raise UsageError(f"unknown setting {name!r}; {closest(name, set(own) | set(known))}")
+  return cls(**{k: own[k].convert(v) for k, v in values.items() if k in own})
+
+
+def coerce(cls, hp):
+  """``hp`` as a ``cls`` (an algorithm's Hparams): an instance passes; a mapping of settings
+  by name is filled with the declared defaults, its values converted and checked. Names
+  of other sections are ignored; a name no section declares is an error."""
+  if isinstance(hp, cls):
+    return hp
+  if is_settings(hp):
+    return make(cls, {k: v for k, v in as_dict(hp).items() if k in specs(cls)})
+  return make(cls, hp, known=all_names())
+
+
+def all_names() -> set:
+  """Every declared setting's name (imports every declaring module first)."""
+  import importlib
+  importlib.import_module("fedjax_bench.config")
+  return {name for cls in _SECTIONS for name in specs(cls)}
+
+
+_SECTIONS = []
+
+
+def replace(obj, values: Mapping[str, Any]):
+  """``obj`` with some settings replaced by (possibly traced) values, unconverted: a grid
+  point's values in the engine."""
+  return dataclasses.replace(obj, **values) if values else obj
+
+
+def as_dict(obj) -> dict:
+  """{name: value} of a settings object (tuples stay tuples)."""
+  return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+
+
+def is_settings(obj) -> bool:
+  return dataclasses.is_dataclass(obj) and not isinstance(obj, type) and hasattr(obj, "TITLE")
+
+
+def unused(obj, names) -> list[str]:
+  """The names among ``names`` whose `used_if` says they take no effect in ``obj``."""
+  own = specs(type(obj))
+  return [n for n in names if n in own and own[n].used_if is not None
+          and not own[n].used_if(obj)]
+
+
+def kind_name(kind: type) -> str:
+  return {bool: "bool", int: "int", float: "float", str: "str", tuple: "list"}[kind]
