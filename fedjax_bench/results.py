@@ -314,17 +314,19 @@ def _plot_panel(ax: Any, xs: np.ndarray, history: History, name: str, xlabel: st
     warnings.simplefilter('ignore', RuntimeWarning)  # all-NaN slices
     mean = np.nanmean(finite, axis=2)
     std = np.nanstd(finite, axis=2)
+  n = len(history.seeds)
+  several = n > 1
   for g, point in enumerate(history.grid):
-    label = _grid_label(point) or 'mean'
-    if len(history.seeds) > 1:
+    label = _grid_label(point) or (f'seed {history.seeds[0]}' if n == 1 else 'mean')
+    if several:
       label += ' (±1 std over seeds)'
     (line,) = ax.plot(xs, mean[:, g], label=label)
-    if len(history.seeds) > 1:
+    if several:
       ax.fill_between(xs, mean[:, g] - std[:, g], mean[:, g] + std[:, g],
                       color=line.get_color(), alpha=0.2, linewidth=0)
   ax.set_xlabel(xlabel)
   ax.set_ylabel(name)
-  ax.set_title(f'{name} ({len(history.seeds)} seeds)')
+  ax.set_title(f'{name} ({n} seed{"" if n == 1 else "s"})')
   ax.grid(True, alpha=0.3)
   ax.legend(fontsize='small')
 

@@ -247,6 +247,30 @@ def test_plot_custom_x_and_nan(tmp_path):
   assert path.read_bytes()[:8] == PNG_MAGIC
 
 
+def _plotted(monkeypatch, history):
+  """(panel titles, first panel's legend labels, first panel's filled bands)."""
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  figures = []
+  monkeypatch.setattr(results, 'save_figure', lambda path, fig, dpi=0: figures.append(fig))
+  results.plot_curves('unused.png', history)
+  axes = figures[0].axes
+  out = ([ax.get_title() for ax in axes],
+         [t.get_text() for t in axes[0].get_legend().get_texts()],
+         len(axes[0].collections))
+  plt.close(figures[0])
+  return out
+
+
+def test_plot_titles_and_legend_count_seeds(monkeypatch):
+  assert _plotted(monkeypatch, _history()) == (
+      ['test_accuracy (2 seeds)', 'train_loss (2 seeds)'], ['mean (±1 std over seeds)'], 1)
+  h = _history()
+  one = results.History(rounds=h.rounds, metrics={k: v[:, :, 1:] for k, v in h.metrics.items()},
+                        seeds=[7])
+  assert _plotted(monkeypatch, one) == (
+      ['test_accuracy (1 seed)', 'train_loss (1 seed)'], ['seed 7'], 0)
+
+
 def test_write_run_png_valid(tmp_path):
   results.write_run(tmp_path, config={}, history=_history(), final_window=None,
                     timing=_timing())
