@@ -48,14 +48,7 @@ class Result:
 
   def rows(self) -> list[dict]:
     """The per-evaluation metrics, one dict per (round, grid point, seed): metrics.csv."""
-    h, out = self.history, []
-    for e, r in enumerate(h.rounds):
-      for g, point in enumerate(h.grid or [{}]):
-        for s, seed in enumerate(h.seeds):
-          row = {"round": int(r), **point, "seed": seed}
-          row.update({k: float(v[e, g, s]) for k, v in h.metrics.items()})
-          out.append(row)
-    return out
+    return self.history.to_rows()
 
   @property
   def metrics(self):
@@ -67,7 +60,7 @@ class Result:
     return pandas.DataFrame(self.rows())
 
 
-def run(cfg: Config | None = None, *, seeds: int | str | Sequence[int] = 1,
+def run(cfg: Config | None = None, *, seeds: int | str | Sequence[int] = config_lib.DEFAULT_SEEDS,
         sweep: Mapping[str, Sequence[float]] | Sequence[str] | None = None,
         progress: bool = True, **settings) -> Result | None:
   """Runs ``cfg`` (or the defaults) with ``settings`` (flag names) on top, for ``seeds``
@@ -77,8 +70,10 @@ def run(cfg: Config | None = None, *, seeds: int | str | Sequence[int] = 1,
   seeds = flags.parse_seeds(seeds)
   if cfg is None:
     cfg = config_lib.resolve(settings, seeds=seeds)
-  elif settings:
-    cfg = config_lib.replace(cfg, **settings)
+  else:
+    cfg = config_lib.complete(cfg, seeds=seeds)
+    if settings:
+      cfg = config_lib.replace(cfg, **settings)
   axes = flags.parse_sweep(sweep) if isinstance(sweep, (list, tuple)) else dict(sweep or {})
   config_lib.check_sweep(cfg, axes)
   return execute(cfg, seeds, flags.grid(axes), progress=progress)
@@ -142,8 +137,8 @@ def execute(cfg: Config, seeds: list[int], grid: list[dict], *, progress: bool =
           f"seeds {seeds}{per_seed}, {jax.device_count()} {jax.default_backend()} device(s)",
           flush=True)
     if grid:
-      print(f"sweep: {len(grid)} grid points x {len(seeds)} seeds = {len(grid) * len(seeds)} "
-            "runs in one program", flush=True)
+      print(f"sweep: {len(grid)} grid points x {_count(len(seeds), 'seed')} = "
+            f"{len(grid) * len(seeds)} runs in one program", flush=True)
   run_config = {"name": name, "flags": cfg.flat(), "seeds": seeds, "grid": grid,
                 "argv": list(argv if argv is not None else sys.argv),
                 "started": datetime.datetime.now().isoformat(timespec="seconds"),
@@ -187,6 +182,10 @@ def execute(cfg: Config, seeds: list[int], grid: list[dict], *, progress: bool =
   if lead and diverged:
     _report_divergence(output, grid, out)
   return result
+
+
+def _count(n: int, noun: str) -> str:
+  return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def run_name(cfg: Config) -> str:

@@ -24,6 +24,7 @@ from fedjax_bench.sim.settings import WorldSettings
 SECTIONS = {"data": DataSettings, "model": ModelSettings, "world": WorldSettings,
             "eval": EvalSettings, "run": RunSettings}
 DEFAULT_ALGO = "fedavg"
+DEFAULT_SEEDS = 3  # runs 0..2 together: the curves get a band
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,6 +38,9 @@ class Config:
   hparams: Any = None  # the algorithm's Hparams (None: its defaults)
   # The names the user gave (the rest are defaults); not part of what the run computes.
   given: frozenset = frozenset()
+  # Made by `resolve` (papers' defaults applied, checked); a Config built by hand is
+  # completed by `complete` before it runs.
+  resolved: bool = False
 
   def __post_init__(self):
     if self.hparams is None:
@@ -95,11 +99,23 @@ def _build(flat: dict, given: frozenset) -> Config:
   algo = flat["algo"]
   parts = {field: _section(cls, flat) for field, cls in SECTIONS.items()}
   return Config(algo=algo, hparams=_section(algorithms.get(algo).Hparams, flat), given=given,
-                **parts)
+                resolved=True, **parts)
 
 
 def _section(cls, flat: dict):
   return cls(**{n: flat[n] for n in settings.specs(cls)})
+
+
+def complete(cfg: Config, seeds=(0,)) -> Config:
+  """A Config built by hand (``Config(algo=..., data=DataSettings(...), hparams=...)``) as
+  `resolve` makes it: the settings that differ from their declarations count as given,
+  the papers' defaults fill the rest, and everything is checked."""
+  if cfg.resolved:
+    return cfg
+  declared = specs(cfg.algo)
+  values = {n: v for n, v in cfg.flat().items()
+            if n != "algo" and (n in cfg.given or v != declared[n].default)}
+  return resolve(values, algo=cfg.algo, seeds=seeds)
 
 
 def replace(cfg: Config, **values) -> Config:

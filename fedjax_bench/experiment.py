@@ -216,6 +216,10 @@ def with_priority(dataset: Dataset, cfg: Config) -> tuple[Dataset, Config]:
   pfl = cfg.kind == algorithms.PRIORITIZED
   if not (pfl or cfg.data.num_priority or dataset.priority is not None):
     return dataset, cfg
+  if data.LOSS_TYPES.get(cfg.data.dataset, "cross_entropy") != "cross_entropy":
+    raise UsageError(f"prioritized FL resamples the test set by label; --dataset="
+                     f"{cfg.data.dataset} has no labels (a classification dataset: "
+                     "synthetic, mnist, toyfl, synth_pfl, ...)")
   client = getattr(cfg.hparams, "local_client", -1)
   dataset = priority_lib.prioritize(
       dataset, cfg.data.num_priority or (0 if dataset.priority is not None else 2),

@@ -50,12 +50,17 @@ def _help(spec: settings.Spec, readers: list[str]) -> str:
   text = spec.help
   if readers and len(readers) < len(algorithms.ALGORITHMS):
     text += f" [read by: {', '.join(readers)}]"
-  others = sorted({a for a in readers if settings.specs(algorithms.get(a).Hparams)[spec.name]
-                   .default != spec.default})
-  if others:
-    alt = {settings.specs(algorithms.get(a).Hparams)[spec.name].default for a in others}
-    text += f" [default {', '.join(map(str, sorted(alt, key=str)))} for {', '.join(others)}]"
-  return text.replace("%", "%%")
+  return (text + _other_defaults(spec, readers)).replace("%", "%%")
+
+
+def _other_defaults(spec: settings.Spec, readers: list[str]) -> str:
+  """' [default X for A, B]' where algorithms declare defaults of their own."""
+  own = {a: settings.specs(algorithms.get(a).Hparams)[spec.name].default for a in readers}
+  others = sorted(a for a, d in own.items() if d != spec.default)
+  if not others:
+    return ""
+  alt = sorted({str(own[a]) for a in others})
+  return f" [default {', '.join(alt)} for {', '.join(others)}]"
 
 
 def _define(spec: settings.Spec, readers: list[str]) -> None:
@@ -84,8 +89,8 @@ def _define_all() -> None:
   run = f"{_PREFIX} (what to run)"
   flags.DEFINE_enum("algo", config.DEFAULT_ALGO, sorted(algorithms.ALGORITHMS), "Algorithm.",
                     module_name=run)
-  flags.DEFINE_string("seeds", "1", "N runs seeds 0..N-1 together; a comma list (5,7) names "
-                      "them.", module_name=run)
+  flags.DEFINE_string("seeds", str(config.DEFAULT_SEEDS), "N runs seeds 0..N-1 together; a "
+                      "comma list (5,7) names them.", module_name=run)
   flags.DEFINE_multi_string("sweep", [], "A hyperparameter grid run in one program, like "
                             "seeds: NAME:V1,V2,... (repeat the flag for a product grid), e.g. "
                             "--sweep=client_lr:0.01,0.03,0.1. Scalars that do not shape arrays "
@@ -98,6 +103,16 @@ def _define_all() -> None:
 
 if "algo" not in FLAGS:
   _define_all()
+
+
+def add_algorithm(name: str) -> None:
+  """Flags for an algorithm registered after this module was imported (a notebook's or a
+  test's own): --algo accepts it, and its settings get flags of their own."""
+  if name not in FLAGS["algo"].parser.enum_values:
+    FLAGS["algo"].parser.enum_values.append(name)
+  for setting, (spec, readers) in declarations().items():
+    if setting not in FLAGS:
+      _define(spec, readers)
 
 
 def names() -> list[str]:
@@ -160,3 +175,40 @@ def grid(axes: dict[str, Sequence[float]]) -> list[dict]:
       raise UsageError(f"--sweep={name}:{','.join(map(str, vals))} needs distinct values")
     points = [{**point, name: v} for point in points for v in vals]
   return points if axes else []
+
+
+def markdown() -> str:
+  """FLAGS.md: every flag by section, with its default, who reads it and its help (the
+  committed file is checked against this by tests/test_settings.py)."""
+  lines = ["# Flags", "",
+           "Generated from the settings declarations by `python -m fedjax_bench.flags`; "
+           "`--helpfull` prints the same. Every flag is also a keyword of "
+           "`fedjax_bench.run(...)`.", "",
+           "| flag | default | what to run |", "|---|---|---|",
+           f"| `--algo` | `{config.DEFAULT_ALGO}` | {', '.join(sorted(algorithms.ALGORITHMS))} |",
+           f"| `--seeds` | `{config.DEFAULT_SEEDS}` | N runs seeds 0..N-1 together; `5,7` names "
+           "them |",
+           "| `--sweep` | none | `NAME:V1,V2,...`, repeatable: a product grid in the same program "
+           "as the seeds (settings declared sweepable) |"]
+  by_title = {}
+  for name, (spec, readers) in declarations().items():
+    by_title.setdefault(spec.title, []).append((name, spec, readers))
+  for title, rows in by_title.items():
+    lines += ["", f"## {title}", "", "| flag | default | read by | meaning |", "|---|---|---|---|"]
+    for name, spec, readers in rows:
+      default = ",".join(map(str, spec.default)) if spec.kind is tuple else spec.default
+      who = "all" if not readers or len(readers) == len(algorithms.ALGORITHMS) else \
+          ", ".join(readers)
+      text = (spec.help + _other_defaults(spec, readers)).replace("|", "\\|")
+      choices = (f" Choices: {', '.join(str(c) for c in spec.choices if c is not None)}."
+                 if spec.choices else "")
+      fixed = [a for a in readers if not settings.specs(algorithms.get(a).Hparams)[name].sweep]
+      sweep = ((" Sweepable" + (f" (not by {', '.join(fixed)})" if fixed else "") + ".")
+               if spec.sweep else "")
+      lines.append(f"| `--{name}` | `{default}` | {who} | {text}{choices}{sweep} |")
+  return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+  with open("FLAGS.md", "w") as f:
+    f.write(markdown())

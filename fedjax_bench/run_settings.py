@@ -5,7 +5,7 @@ from fedjax_bench.settings import NON_NEGATIVE, POSITIVE, at_least, section, set
 
 @section("evaluation")
 class EvalSettings:
-  rounds: int = setting(100, "Communication rounds (asynchronous algorithms: server events).",
+  rounds: int = setting(300, "Communication rounds (asynchronous algorithms: server events).",
                         check=POSITIVE)
   eval_every: int = setting(10, "Rounds between evaluations.", check=POSITIVE)
   final_window: int = setting(0, "`final` in summary.json averages the evaluations of the "

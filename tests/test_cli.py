@@ -41,7 +41,8 @@ def _run(args, tmp_path, env=None, timeout=600):
     (["--dataset=synthetic", "--partition=dirichlet"], "natural per-user split"),
     (["stray"], "unexpected arguments"),
     (["--sweep=client_lr"], "must look like NAME:V1,V2"),
-    (["--sweep=local_steps:1,2"], "'local_steps' is not a hyperparameter"),
+    (["--sweep=num_clients:10,20"], "'num_clients' is not a hyperparameter"),
+    (["--sweep=local_steps:1,2"], "cannot be swept in one program"),
     (["--sweep=batch_size:10,32"], "cannot be swept in one program"),
     (["--sweep=client_lr:0.1,x"], "values must be numbers"),
     (["--sweep=client_lr:0.1", "--client_lr=0.2"], "given and swept"),
@@ -97,8 +98,8 @@ def test_default_job_writes_the_results_contract(tmp_path):
   assert r.returncode == 0, r.stderr
   progress = [l for l in r.stdout.splitlines() if l.startswith("round ")]
   assert len(progress) == 2 and "rounds/s" in progress[0] and "ETA" in progress[0]
-  from fedjax_bench.cli import _rate
-  assert _rate(12.34) == "12.3 rounds/s" and _rate(0.25) == "4.0 s/round"
+  from fedjax_bench.api import rate
+  assert rate(12.34) == "12.3 rounds/s" and rate(0.25) == "4.0 s/round"
   assert {p.name for p in out.iterdir()} >= {"config.json", "metrics.csv", "summary.json",
                                              "curves.png", "partition.json"}
   summary = json.loads((out / "summary.json").read_text())
@@ -212,11 +213,12 @@ def test_fedsoftmax_records_alpha_and_skew(tmp_path):
 
 
 def test_sweep_runs_a_product_grid_in_one_program_equal_to_separate_runs(tmp_path):
-  common = ["--rounds=3", "--eval_every=3", "--num_clients=8", "--clients_per_round=4"]
+  common = ["--rounds=3", "--eval_every=3", "--num_clients=8", "--clients_per_round=4",
+            "--seeds=1"]
   r = _run([*common, "--sweep=client_lr:0.05,0.2", "--sweep=server_lr:1,0.5",
             f"--output_dir={tmp_path / 'grid'}"], tmp_path)
   assert r.returncode == 0, r.stderr[-2000:]
-  assert "4 grid points x 1 seeds" in r.stdout
+  assert "4 grid points x 1 seed = 4 runs" in r.stdout
   with open(tmp_path / "grid" / "summary.json") as f:
     final = json.load(f)["final"]["train_loss"]
   assert [p["hparams"] for p in final] == [

@@ -102,7 +102,7 @@ def _outside(diffs: dict) -> dict:
 # --- the committed files and the comparison itself (no JAX runs) ------------------------------
 
 def test_every_algorithm_has_a_config_and_a_committed_reference():
-  assert sorted(reference.CONFIGS) == sorted(NAMES)
+  assert set(reference.CONFIGS) <= set(NAMES)  # overrides are optional: defaults otherwise
   committed = sorted(p.stem for p in reference.REFERENCE_DIR.glob("*.json"))
   assert committed == sorted(NAMES), "results/reference/ must hold exactly one file per algorithm"
   for name in NAMES:

@@ -103,7 +103,7 @@ STEPS = np.array([1, 2, 3, 1, 2, 3])
 BASE_P = np.array([0.15, 0.3, 0.45, 0.6, 0.8, 0.9])
 ROUNDS = 30
 HP = dict(client_lr=0.25, client_lr_schedule="inv_sqrt", server_lr=0.8, batch_size=3,
-          sampling="shuffle")
+          sampling="shuffle", fedawe_clip=0.0)  # FedAWE as Algorithm 1 writes it
 
 
 def _probs(t):
@@ -364,7 +364,8 @@ def test_fedawe_evaluates_the_mean_of_local_models_or_on_request_the_server(gold
 def _full_setup():
   task, world = toy_setup(num_clients=6, local_steps=3, batch_size=4,
                           part=participation.full(6))
-  hp = dict(client_lr=0.2, server_lr=0.7, batch_size=4, sampling="shuffle", client_width=1)
+  hp = dict(client_lr=0.2, server_lr=0.7, batch_size=4, sampling="shuffle", client_width=1,
+            fedawe_clip=0.0)
   return task, world, hp
 
 
@@ -455,7 +456,7 @@ def _fedawe_scripted(masks, hp, targets=None):
   targets = targets or [[float(5 * i - 3)] for i in range(masks.shape[1])]
   world = world_lib.make(scripted(masks), np.ones(masks.shape[1], np.int32))
   alg = algorithms.get("fedawe").build(quadratic_task(targets), world,
-                                       {"batch_size": 1, **hp})
+                                       {"batch_size": 1, "fedawe_clip": 0.0, **hp})
   server, clients = alg.init(init_key(0))
 
   def step(carry, t):

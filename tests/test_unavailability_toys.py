@@ -42,7 +42,9 @@ def simulate(name, u, hp, *, rounds, burn_in, seeds, probs=None, part=None, clie
   def one(p, lr, s, seed):
     scheme = part if part is not None else bernoulli_traced(p)
     world = world_lib.World(scheme, jnp.full(m, s, jnp.int32), max_steps)
+    # FedAWE as Algorithm 1 writes it (fedawe_clip 0) unless a test gives a clip.
     alg = algorithms.get(name).build(task, world, {"batch_size": 1, "client_width": 1,
+                                                   "fedawe_clip": 0.0,
                                                    **hp, "client_lr": lr})
     evaluate = alg.eval_params or (lambda server, clients: server.params)
 
@@ -298,7 +300,8 @@ def test_fedawe_echo_multiplier_moments_lemma2():
   world = world_lib.World(bernoulli_traced(jnp.asarray(p, jnp.float32)),
                           jnp.ones(3, jnp.int32), 1)
   alg = algorithms.get("fedawe").build(quadratic_task([[0.0], [1.0], [2.0]]), world,
-                                       {"client_lr": 0.1, "batch_size": 1, "client_width": 1})
+                                       {"client_lr": 0.1, "batch_size": 1, "client_width": 1,
+                                        "fedawe_clip": 0.0})
 
   def counter(seed):
     def step(carry, t):

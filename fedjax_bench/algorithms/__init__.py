@@ -35,6 +35,9 @@ def register(name: str, module, kind: str = SYNCHRONOUS) -> Algorithm:
   if kind not in KINDS:
     raise ValueError(f"unknown algorithm kind {kind!r}; valid: {', '.join(KINDS)}")
   ALGORITHMS[name] = Algorithm(name, module.Hparams, module.build, kind)
+  import sys
+  if "fedjax_bench.flags" in sys.modules:  # registered after the flags were made
+    sys.modules["fedjax_bench.flags"].add_algorithm(name)
   return ALGORITHMS[name]
 
 

@@ -195,7 +195,7 @@ def build(task: Task, world: World, hp: Hparams, *, method: str,
                     "n_accepted": jnp.sum(accept).astype(jnp.float32)}
 
   def local_loss(start):
-    if not mu:
+    if isinstance(mu, (int, float)) and not mu:  # a grid passes a tracer: keep the term
       return None
     return lambda v, xb, yb, wb, rng: (task.loss(v, xb, yb, wb, rng) + 0.5 * mu
                                        * optax.tree.norm(optax.tree.sub(v, start), squared=True))

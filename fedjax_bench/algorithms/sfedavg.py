@@ -22,7 +22,7 @@ import jax.numpy as jnp
 from fedjax_bench.core import aggregate, asynchronous, keys, local, rounds
 from fedjax_bench.core.types import FederatedAlgorithm, with_count
 from fedjax_bench.errors import UsageError
-from fedjax_bench.settings import coerce, section, setting
+from fedjax_bench.settings import POSITIVE, coerce, section, setting
 from fedjax_bench.sim import asynchrony
 
 WEIGHTINGS = ("uniform", "data")
@@ -30,6 +30,7 @@ WEIGHTINGS = ("uniform", "data")
 
 @section("sfedavg")
 class Hparams(asynchronous.Hparams):
+  async_delta: int = setting(4, "Clients per synchronous round (Delta).", check=POSITIVE)
   sfedavg_weighting: str = setting("uniform", "Uniform mean of the sampled models, or weighted "
                                    "by data size.", choices=WEIGHTINGS)
 
