@@ -277,3 +277,14 @@ def test_a_config_built_by_hand_is_the_keywords_config():
                                       hparams=fedalign.Hparams(align_epsilon=0.1)))
   assert pfl.hparams.warmup_rounds == 5 and pfl.world.participation == "full"
   assert pfl == config.resolve(algo="fedalign", rounds=50, align_epsilon=0.1)
+
+
+def test_python_dash_m_is_the_command_line(tmp_path):
+  r = subprocess.run([sys.executable, "-m", "fedjax_bench", "--check_only", "--algo=fedawe",
+                      "--fedawe_clp=0"], cwd=tmp_path, capture_output=True, text=True,
+                     timeout=120, env=dict(__import__("os").environ, PYTHONPATH=str(REPO)))
+  assert r.returncode != 0 and "Unknown command line flag 'fedawe_clp'" in r.stderr
+  r = subprocess.run([sys.executable, "-m", "fedjax_bench", "--check_only", "--algo=fedawe"],
+                     cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                     env=dict(__import__("os").environ, PYTHONPATH=str(REPO)))
+  assert r.returncode == 0 and "ok: the settings are valid" in r.stdout, r.stderr[-2000:]
