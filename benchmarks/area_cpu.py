@@ -17,12 +17,13 @@ transient); |x_s| averaged over t in (200, 400]: AREA and MIFA about 0, FedBuff 
 AS-FedAvg about the rate-weighted 0.8.
 
 mnist (Figs. 1, 2, 5-10 at reduced cost): the paper's multinomial logistic regression
-(no bias, nu = 1e-3, b = 32, Delta = 4) through experiment.with_defaults; per method a
+(no bias, nu = 1e-3, b = 32, Delta = 4): the papers' defaults of config.resolve; per method a
 stepsize grid x seeds vmapped in one program; alpha chosen by §8 row 13 (smallest
 time-average of log10 optimality gap over [0, T]; diverged runs excluded: a non-finite
 value or a final gap above the initial one on any seed; ties within 0.01 decade -> the
 larger alpha). The flags --num_clients, --partition, --alpha (Dirichlet), --local_steps,
---async_rates, --async_rate_std, --sim_time, --batch_size, --seeds of the main CLI apply.
+--async_rates, --async_rate_std, --sim_time, --batch_size, --async_delta, --partition_seed,
+--data_dir, --cache_dir and --seeds of the main CLI apply; any other run setting is refused.
 
 Confirmation at the paper's scale: --chosen_from=DIR runs, per method, only the alpha the
 grid in DIR chose for the same setting (any horizon), e.g. with --seeds=10 --sim_time=20
@@ -53,7 +54,8 @@ from absl import app, flags  # noqa: E402
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
-from fedjax_bench import cli, engine, experiment, results  # noqa: E402
+from fedjax_bench import cli, config, engine, experiment, results  # noqa: E402
+from fedjax_bench import flags as run_flags  # noqa: E402
 
 METHODS = ("area", "fedbuff", "asfedavg", "mifa_async", "sfedavg")
 LABELS = {"area": "AREA", "fedbuff": "FedBuff", "asfedavg": "AS-FedAvg",
@@ -102,12 +104,11 @@ flags.DEFINE_list("refine", [], "With --chosen_from: methods that also run 0.3x 
 flags.DEFINE_bool("render_only", False, "Rebuild tables, claims and plots from the cached "
                   "runs instead of running.")
 FLAGS = flags.FLAGS
-# Only asynchronous methods run here (--methods); with the CLI's default --algo=fedavg the
-# synchronous participation checks would reject --num_clients=4.
-FLAGS.set_default("algo", "area")
 
+# The run settings of the command line that reach the runs (any other is refused).
 PASSTHROUGH = ("num_clients", "partition", "alpha", "local_steps", "async_rates",
-               "async_rate_std", "sim_time", "batch_size", "async_delta", "partition_seed")
+               "async_rate_std", "sim_time", "batch_size", "async_delta", "partition_seed",
+               "data_dir", "cache_dir")
 
 
 def log(msg):
@@ -118,12 +119,10 @@ def log(msg):
 # Running
 
 
-def make_cfg(dataset: str, algo: str, overrides: dict) -> dict:
-  given = {"algo", "dataset", *overrides}
-  base = {**cli.our_flags(), "algo": algo, "dataset": dataset, **overrides}
-  cfg = experiment.with_defaults(base, given=given)
-  cfg["eval_every"] = max(1, cfg["rounds"] // FLAGS.evals)
-  return cfg
+def make_cfg(dataset: str, algo: str, overrides: dict, seeds) -> config.Config:
+  """The run's Config: ``overrides`` on the papers' defaults, about --evals evaluations."""
+  cfg = config.resolve({"algo": algo, "dataset": dataset, **overrides}, seeds=seeds)
+  return config.replace(cfg, eval_every=max(1, cfg.eval.rounds // FLAGS.evals))
 
 
 def setting_name(cfg: dict) -> str:
@@ -140,10 +139,11 @@ CFG_KEYS = ("dataset", "num_clients", "partition", "alpha", "local_steps", "batc
             "partition_seed")
 
 
-def run_grid(cfg: dict, alphas, seeds, cache: str, metrics) -> dict:
+def run_grid(cfg: config.Config, alphas, seeds, cache: str, metrics) -> dict:
   """The grid alphas x seeds of one method, from the cache or freshly run."""
-  key = {k: cfg.get(k) for k in CFG_KEYS}
-  key.update(algo=cfg["algo"], alphas=list(map(float, alphas)), seeds=list(seeds))
+  flat = cfg.flat()
+  key = {k: flat.get(k) for k in CFG_KEYS}
+  key.update(algo=cfg.algo, alphas=list(map(float, alphas)), seeds=list(seeds))
   if os.path.exists(cache):
     old = json.load(open(cache))
     if old["key"] == key:
@@ -154,9 +154,10 @@ def run_grid(cfg: dict, alphas, seeds, cache: str, metrics) -> dict:
   if FLAGS.render_only:
     raise FileNotFoundError(cache)
   t0 = time.perf_counter()
-  exp = experiment.setup(cfg)
-  res = engine.run(exp.build, exp.task, exp.hparams, seeds=list(seeds), rounds=cfg["rounds"],
-                   eval_every=cfg["eval_every"], grid=[{"client_lr": float(a)} for a in alphas])
+  exp = experiment.setup(cfg, seeds=list(seeds))
+  res = engine.run(exp.build, exp.task, exp.hparams, seeds=list(seeds), rounds=cfg.eval.rounds,
+                   eval_every=cfg.eval.eval_every,
+                   grid=[{"client_lr": float(a)} for a in alphas])
   h = res.history
   out = {"key": key, "rounds": h.rounds.tolist(), "seconds": time.perf_counter() - t0,
          "metrics": {m: h.metrics[m].tolist() for m in ("cum_time", *metrics)},
@@ -537,6 +538,12 @@ def overrides(defaults: dict) -> dict:
   return out
 
 
+def unread_flags() -> list[str]:
+  """Run settings given on the command line that this script does not pass on."""
+  return sorted(n for n in (*run_flags.names(), "algo", "sweep")
+                if FLAGS[n].present and n not in PASSTHROUGH)
+
+
 def grid_for(algo, default):
   if FLAGS.alphas:
     return [float(a) for a in FLAGS.alphas]
@@ -571,12 +578,13 @@ def mnist(seeds) -> list[dict]:
   analyses, claims = {}, []
   runs, cfg = {}, None
   for algo in FLAGS.methods:
-    cfg = make_cfg("mnist", algo, ov)
+    run_cfg = make_cfg("mnist", algo, ov, seeds)
+    cfg = run_cfg.flat()
     name = setting_name(cfg)
     cache = os.path.join(FLAGS.out, "runs", f"{name}_{algo}.json")
     alphas = grid_from(name, algo) if FLAGS.chosen_from else mnist_grid(cfg, algo)
     log(f"{name} {algo}: alphas {alphas}, seeds {seeds}, {cfg['rounds']} steps")
-    runs[algo] = run_grid(cfg, alphas, seeds, cache,
+    runs[algo] = run_grid(run_cfg, alphas, seeds, cache,
                           ("optimality_gap", "test_accuracy", "train_loss"))
     log(f"  {runs[algo]['seconds']:.0f}s")
   T = cfg["sim_time"]
@@ -610,13 +618,14 @@ def quadratic(seeds) -> list[dict]:
   ov = overrides({})
   runs, cfg = {}, None
   for algo in FLAGS.methods:
-    cfg = make_cfg("quadratic", algo, ov)
+    run_cfg = make_cfg("quadratic", algo, ov, seeds)
+    cfg = run_cfg.flat()
     name = setting_name(cfg)
     cache = os.path.join(FLAGS.out, "runs", f"{name}_{algo}.json")
     alphas = grid_for(algo, QUAD_GRID)
     log(f"{name} {algo}: alphas {alphas}, seeds {seeds}, {cfg['rounds']} steps, "
         f"Delta {cfg['async_delta']}")
-    runs[algo] = run_grid(cfg, alphas, seeds, cache, ("rel_dist_sq",))
+    runs[algo] = run_grid(run_cfg, alphas, seeds, cache, ("rel_dist_sq",))
     log(f"  {runs[algo]['seconds']:.0f}s")
   T = cfg["sim_time"]
   an = analyse(runs, T, "rel_dist_sq", FLOOR["quadratic"], geo=True)
@@ -637,6 +646,13 @@ def quadratic(seeds) -> list[dict]:
   return claims
 
 
+def bias_cfg(algo: str, seeds) -> config.Config:
+  """E5's run (the quadratic's own partition, natural: one client per function)."""
+  return make_cfg("quadratic", algo, {"quadratic_variant": "two_clients", "num_clients": 2,
+                                      "client_lr": 0.1, "sim_time": 400.0, "rounds": 4600,
+                                      "clients_per_round": 2}, seeds)
+
+
 def bias(seeds) -> list[dict]:
   from fedjax_bench import algorithms
   from fedjax_bench.sim import asynchrony
@@ -648,17 +664,14 @@ def bias(seeds) -> list[dict]:
   else:
     rec = {"rows": []}
     for algo in ("area", "mifa_async", "fedbuff", "asfedavg"):
-      cfg = make_cfg("quadratic", algo, {"quadratic_variant": "two_clients", "num_clients": 2,
-                                         "client_lr": 0.1, "sim_time": 400.0, "rounds": 4600,
-                                         "partition": "natural", "clients_per_round": 2})
-      cfg["eval_every"] = 10
-      exp = experiment.setup(cfg)
+      cfg = config.replace(bias_cfg(algo, seeds), eval_every=10)
+      exp = experiment.setup(cfg, seeds=list(seeds))
       world = exp.world._replace(clock=asynchrony.renewal([9.0, 1.0]))
       alg = algorithms.get(algo)
       build = lambda hp, alg=alg, world=world: alg.build(exp.task, world, hp)
       t0 = time.perf_counter()
-      res = engine.run(build, exp.task, exp.hparams, seeds=list(seeds), rounds=cfg["rounds"],
-                       eval_every=cfg["eval_every"],
+      res = engine.run(build, exp.task, exp.hparams, seeds=list(seeds), rounds=cfg.eval.rounds,
+                       eval_every=cfg.eval.eval_every,
                        grid=[{"async_delta": 1}, {"async_delta": 2}])
       h = res.history
       t = clean_times(h.metrics["cum_time"])
@@ -693,7 +706,12 @@ def main(argv) -> int:
   del argv
   if FLAGS.experiment in ("quadratic", "bias"):
     jax.config.update("jax_enable_x64", True)
-  seeds = cli.parse_seeds(FLAGS.seeds if FLAGS["seeds"].present else "0,1,2")
+  unread = unread_flags()
+  if unread:
+    sys.stderr.write(f"error: {', '.join('--' + n for n in unread)}: not read by this script; "
+                     f"it passes on --seeds and {', '.join('--' + n for n in PASSTHROUGH)}\n")
+    return 2
+  seeds = run_flags.parse_seeds(FLAGS.seeds if FLAGS["seeds"].present else "0,1,2")
   os.makedirs(os.path.join(FLAGS.out, "runs"), exist_ok=True)
   t0 = time.perf_counter()
   claims = {"quadratic": quadratic, "bias": bias, "mnist": mnist}[FLAGS.experiment](seeds)

@@ -22,7 +22,7 @@ from absl import app  # noqa: E402
 from absl import flags  # noqa: E402
 import numpy as np  # noqa: E402
 
-from fedjax_bench import cli, engine, experiment, results  # noqa: E402
+from fedjax_bench import config, engine, experiment, results  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("experiments", ["cpu1", "cpu2", "fig1_mnist", "fig1_mnist_small",
@@ -82,12 +82,16 @@ EXPERIMENTS = {
 }
 
 
+def run_config(flags_: dict, seed: int) -> config.Config:
+  """What run.py makes of ``flags_`` and --partition_seed=seed."""
+  return config.resolve(dict(flags_, partition_seed=seed), seeds=[seed])
+
+
 def run_one(flags_: dict, seed: int) -> dict:
-  cfg = dict(cli.our_flags(), **flags_, partition_seed=seed)  # run.py's defaults + flags_
-  cfg = experiment.with_defaults(cfg, set(flags_))
-  exp = experiment.setup(cfg)
-  out = engine.run(exp.build, exp.task, exp.hparams, seeds=[seed], rounds=cfg["rounds"],
-                   eval_every=cfg["eval_every"])
+  cfg = run_config(flags_, seed)
+  exp = experiment.setup(cfg, seeds=[seed])
+  out = engine.run(exp.build, exp.task, exp.hparams, seeds=[seed], rounds=cfg.eval.rounds,
+                   eval_every=cfg.eval.eval_every)
   m = out.history.metrics
   keep = ("test_accuracy", "train_loss", "n_admitted", "n_admitted_aligned", "theta_term")
   return {"rounds": out.history.rounds.tolist(),

@@ -34,7 +34,8 @@ host_devices.use_all_cores()
 from absl import app, flags  # noqa: E402
 import numpy as np  # noqa: E402
 
-from fedjax_bench import cli, engine, experiment, results  # noqa: E402
+from fedjax_bench import cli, config, engine, experiment, results  # noqa: E402
+from fedjax_bench import flags as run_flags  # noqa: E402
 
 ALGOS = ("fedawe", "fedavg", "fedavg_all", "fedavg_known", "fedau", "f3ast", "mifa", "fedvarp")
 UNBIASED = ("fedavg_known", "fedau", "mifa", "fedvarp")
@@ -62,6 +63,19 @@ flags.DEFINE_bool("render_only", False, "Rebuild the tables, claims and plots fr
 flags.DEFINE_bool("shared_data", False, "One dataset for all seeds (seeds vmapped in one "
                   "program) instead of regenerating it per seed.")
 FLAGS = flags.FLAGS
+# The run settings of the command line that reach the runs (any other is refused).
+PASSTHROUGH = ("availability_phi", "rounds", "client_width", "fedawe_clip", "client_lr",
+               "data_dir", "cache_dir")
+
+
+def run_config(base: dict, algo: str, dynamics: str, partition_seed: int,
+               seeds) -> config.Config:
+  """``base`` (shared by every algorithm) less what ``algo`` does not read (fedawe_clip),
+  for one availability dynamics and partition."""
+  own = config.specs(algo)
+  values = {k: v for k, v in base.items() if k in own}
+  return config.resolve({**values, "algo": algo, "availability": dynamics,
+                         "partition_seed": partition_seed}, seeds=seeds)
 
 
 def run_comparison(base: dict, dynamics: str, seeds, algos=ALGOS, *, shared_data=False,
@@ -73,13 +87,13 @@ def run_comparison(base: dict, dynamics: str, seeds, algos=ALGOS, *, shared_data
     scores, curves, rounds = [], [], None
     t0 = time.perf_counter()
     for group in groups:
-      cfg = {**base, "algo": algo, "availability": dynamics,
-             "partition_seed": group[0] if not shared_data else base.get("partition_seed", 0)}
-      exp = experiment.setup(cfg)
-      res = engine.run(exp.build, exp.task, exp.hparams, seeds=group, rounds=cfg["rounds"],
-                       eval_every=cfg["eval_every"])
+      partition_seed = base.get("partition_seed", 0) if shared_data else group[0]
+      cfg = run_config(base, algo, dynamics, partition_seed, group)
+      exp = experiment.setup(cfg, seeds=group)
+      res = engine.run(exp.build, exp.task, exp.hparams, seeds=group, rounds=cfg.eval.rounds,
+                       eval_every=cfg.eval.eval_every)
       hist = res.history
-      final = results.summarize(hist, cfg["final_window"])["test_accuracy"]["per_seed"]
+      final = results.summarize(hist, cfg.eval.final_window)["test_accuracy"]["per_seed"]
       scores += [100 * v if v is not None else float("nan") for v in final]
       curves.append(100 * hist.metrics["test_accuracy"][:, 0, :])  # [E, S]
       rounds = hist.rounds
@@ -194,14 +208,17 @@ def plot(path: str, res: dict, title: str) -> None:
 
 def main(argv) -> int:
   del argv
-  base = {**cli.our_flags(), **(TOYFL if FLAGS.experiment == "toyfl" else MNIST)}
-  for name in ("toyfl_phi", "availability_phi"):
-    if FLAGS[name].present:
-      base["availability_phi"] = FLAGS.availability_phi
-  for name in ("rounds", "client_width", "fedawe_clip", "client_lr"):
+  unread = sorted(n for n in (*run_flags.names(), "algo", "sweep")
+                  if FLAGS[n].present and n not in PASSTHROUGH)
+  if unread:
+    sys.stderr.write(f"error: {', '.join('--' + n for n in unread)}: not read by this script; "
+                     f"it passes on --seeds and {', '.join('--' + n for n in PASSTHROUGH)}\n")
+    return 2
+  base = dict(TOYFL if FLAGS.experiment == "toyfl" else MNIST)
+  for name in PASSTHROUGH:  # --toyfl_phi is an alias of --availability_phi
     if FLAGS[name].present:
       base[name] = FLAGS[name].value
-  seeds = cli.parse_seeds(FLAGS.seeds if FLAGS["seeds"].present else "0,1,2")
+  seeds = run_flags.parse_seeds(FLAGS.seeds if FLAGS["seeds"].present else "0,1,2")
   os.makedirs(FLAGS.out, exist_ok=True)
   failed = 0
   for dyn in FLAGS.dynamics:

@@ -34,7 +34,8 @@ host_devices.use_all_cores()
 from absl import app, flags  # noqa: E402
 import numpy as np  # noqa: E402
 
-from fedjax_bench import cli, engine, experiment, results  # noqa: E402
+from fedjax_bench import cli, config, engine, experiment, results  # noqa: E402
+from fedjax_bench import flags as run_flags  # noqa: E402
 
 BASE = dict(dataset="mnist", mlp_hidden=["200"], num_clients=200, partition="shards",
             shards_per_client=2, participation="uniform", local_epochs=1, batch_size=32,
@@ -78,27 +79,30 @@ flags.DEFINE_string("out", None, "Output directory (default results/fedef/tables
 flags.DEFINE_bool("render_only", False, "Rebuild tables and plots from the cached runs.")
 flags.DEFINE_float("select_tol", 0.1, "Selection rule tolerance in accuracy points.")
 FLAGS = flags.FLAGS
+# The run settings of the command line that reach the runs (any other is refused).
+PASSTHROUGH = ("model", "rounds", "eval_every", "data_dir", "cache_dir")
 
 
-def run_curve(cfg: dict, seeds, cache: str, log=print) -> dict:
+def run_curve(cfg: config.Config, seeds, cache: str, log=print) -> dict:
   """One compression level: per-seed final accuracy and the seed-mean curves."""
   if os.path.exists(cache):
     return json.load(open(cache))
   t0 = time.perf_counter()
-  exp = experiment.setup(cfg)
-  res = engine.run(exp.build, exp.task, exp.hparams, seeds=seeds, rounds=cfg["rounds"],
-                   eval_every=cfg["eval_every"])
+  exp = experiment.setup(cfg, seeds=seeds)
+  res = engine.run(exp.build, exp.task, exp.hparams, seeds=seeds, rounds=cfg.eval.rounds,
+                   eval_every=cfg.eval.eval_every)
   m = res.history.metrics
   acc = 100 * m["test_accuracy"][:, 0, :]  # [E, S]
   if not np.all(np.isfinite(acc[-1])):
     log(f"    warning: non-finite final accuracy {acc[-1]}")
   bits = m["cum_uplink_bits_per_participant"][:, 0, :].mean(1)
-  rec = {"config": {k: cfg[k] for k in sorted(cfg) if k in _RECORDED},
+  flat = cfg.flat()
+  rec = {"config": {k: flat[k] for k in sorted(flat) if k in _RECORDED},
          "rounds": np.asarray(res.history.rounds).tolist(),
          "final": acc[-1].tolist(), "acc": acc.mean(1).tolist(),
          "train_loss": m["train_loss"][:, 0, :].mean(1).tolist(),
          "bits_per_participant": np.nan_to_num(bits).tolist(),
-         "bits_per_message": float(np.nanmax(bits)) / cfg["rounds"],
+         "bits_per_message": float(np.nanmax(bits)) / cfg.eval.rounds,
          "seconds": time.perf_counter() - t0}
   results.atomic_write_json(cache, rec)
   return rec
@@ -109,14 +113,20 @@ _RECORDED = set(BASE) | {"algo", "model", "server_lr", "client_lr", "compressor"
                          "server_beta1", "server_beta2", "server_eps"}
 
 
+def run_config(base: dict, p: float, server: str, over: dict, seeds) -> config.Config:
+  """One compression level's run at participation rate p."""
+  m = int(round(p * base["num_clients"]))
+  return config.resolve({**base, **SERVERS[server], **over, "clients_per_round": m},
+                        seeds=seeds)
+
+
 def run_setting(base: dict, p: float, server: str, seeds, out: str, log=print) -> dict:
   """{column: {level: record}} for one (p, server)."""
-  m = int(round(p * base["num_clients"]))
   setting = {}
   for column, levels in COLUMNS.items():
     setting[column] = {}
     for level, over in levels:
-      cfg = {**base, **SERVERS[server], **over, "clients_per_round": m}
+      cfg = run_config(base, p, server, over, seeds)
       cache = os.path.join(out, "runs", f"p{p}_{server}_{level}.json")
       fresh = not os.path.exists(cache)
       rec = run_curve(cfg, seeds, cache, log)
@@ -258,12 +268,17 @@ def plot(path: str, setting: dict, pick: dict, x: str, title: str) -> None:
 
 def main(argv) -> int:
   del argv
-  base = {**cli.our_flags(), **BASE}
-  base["model"] = FLAGS.model if FLAGS["model"].present else "mlp"
-  for name in ("rounds", "eval_every"):
+  unread = sorted(n for n in (*run_flags.names(), "algo", "sweep")
+                  if FLAGS[n].present and n not in PASSTHROUGH)
+  if unread:
+    sys.stderr.write(f"error: {', '.join('--' + n for n in unread)}: not read by this script; "
+                     f"it passes on --seeds and {', '.join('--' + n for n in PASSTHROUGH)}\n")
+    return 2
+  base = dict(BASE, model="mlp")
+  for name in PASSTHROUGH:
     if FLAGS[name].present:
       base[name] = FLAGS[name].value
-  seeds = cli.parse_seeds(FLAGS.seeds if FLAGS["seeds"].present else "0,1,2")
+  seeds = run_flags.parse_seeds(FLAGS.seeds if FLAGS["seeds"].present else "0,1,2")
   out = FLAGS.out or f"results/fedef/tables_{base['model']}"
   os.makedirs(os.path.join(out, "runs"), exist_ok=True)
   settings, picks = {}, {}

@@ -38,7 +38,8 @@ host_devices.use_all_cores()
 from absl import app, flags  # noqa: E402
 import numpy as np  # noqa: E402
 
-from fedjax_bench import cli, curve_stats, engine, experiment, results  # noqa: E402
+from fedjax_bench import cli, config, curve_stats, engine, experiment, results  # noqa: E402
+from fedjax_bench import flags as run_flags  # noqa: E402
 from fedjax_bench.algorithms.fedmax import alpha_name  # noqa: E402
 
 FRAMEWORKS = {"tniid": "very_noniid", "niid": "noniid", "iid": "iid_unbalanced"}
@@ -89,24 +90,27 @@ flags.DEFINE_integer("pool_size_override", 0, "A smaller MNIST pool, for a smoke
 flags.DEFINE_integer("num_clients_override", 0, "Fewer clients, for a smoke test (0: 50; at "
                      "least 10 with --baselines, for FedMax(k=10)).")
 FLAGS = flags.FLAGS
+# The run settings of the command line that reach the runs (any other is refused).
+PASSTHROUGH = ("data_dir", "cache_dir")
 
 
-def run_unit(cfg: dict, seeds, grid, cache: str, log=print) -> dict:
+def run_unit(values: dict, seeds, grid, cache: str, log=print) -> dict:
   """One program: ``grid`` × ``seeds`` on one partition; per-round curves per run."""
   if os.path.exists(cache):
     return json.load(open(cache))
   t0 = time.perf_counter()
-  exp = experiment.setup(cfg)
-  res = engine.run(exp.build, exp.task, exp.hparams, seeds=list(seeds), rounds=cfg["rounds"],
+  cfg = config.resolve(values, seeds=list(seeds))
+  exp = experiment.setup(cfg, seeds=list(seeds))
+  res = engine.run(exp.build, exp.task, exp.hparams, seeds=list(seeds), rounds=cfg.eval.rounds,
                    eval_every=1, grid=grid)
-  m, n = res.history.metrics, cfg["num_clients"]
-  rec = {"config": cfg, "grid": grid, "seeds": list(seeds),
+  m, n = res.history.metrics, cfg.data.num_clients
+  rec = {"config": cfg.flat(), "grid": grid, "seeds": list(seeds),
          "rounds": res.history.rounds.tolist(),
          "sizes": np.asarray(exp.dataset.train.counts).tolist(),
          "seconds": time.perf_counter() - t0, "timing": res.timing}
   for name in ("test_accuracy", "alpha_p_l1", "rho", "test_loss"):
     rec[name] = m[name].transpose(1, 2, 0).tolist()  # [G, S, E]
-  if cfg.get("record_alpha"):  # the first seed's α for every grid point: [G, E, N]
+  if cfg.hparams.record_alpha:  # the first seed's α for every grid point: [G, E, N]
     rec["alpha_seed0"] = np.stack([m[alpha_name(i)][:, :, 0] for i in range(n)],
                                   -1).transpose(1, 0, 2).tolist()
   results.atomic_write_json(cache, rec)
@@ -140,11 +144,13 @@ def _runs(default):
 
 
 def _cfg(scale, fw, algo, ps):
-  cfg = {**cli.our_flags(), **BASE, **SCALES[scale]["model"], "algo": algo,
+  """The settings of one (framework, algorithm, partition seed) unit, by name."""
+  cfg = {**BASE, **SCALES[scale]["model"], "algo": algo,
          "partition": FRAMEWORKS[fw], "partition_seed": ps, "record_alpha": ps == 0}
   for name in ("rounds", "pool_size", "num_clients"):
     if FLAGS[f"{name}_override"].value:
       cfg[name] = FLAGS[f"{name}_override"].value
+  cfg.update({name: FLAGS[name].value for name in PASSTHROUGH if FLAGS[name].present})
   return cfg
 
 
@@ -403,6 +409,13 @@ def _mask_top(alpha, top):
 
 def main(argv):
   del argv
+  unread = sorted(n for n in (*run_flags.names(), "algo", "seeds", "sweep")
+                  if FLAGS[n].present and n not in PASSTHROUGH)
+  if unread:
+    sys.stderr.write(f"error: {', '.join('--' + n for n in unread)}: not read by this script; "
+                     f"it passes on {', '.join('--' + n for n in PASSTHROUGH)} (see "
+                     "--rounds_override and the other *_override flags)\n")
+    return 2
   out = FLAGS.out or os.path.join("results", "hetero_agg", FLAGS.scale)
   os.makedirs(os.path.join(out, "runs"), exist_ok=True)
   t0 = time.perf_counter()

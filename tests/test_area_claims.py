@@ -12,7 +12,7 @@ Slow (a few minutes on 2 CPU cores); skipped when MNIST is not available locally
 import numpy as np
 import pytest
 
-from fedjax_bench import cli, data, engine, experiment
+from fedjax_bench import config, data, engine, experiment
 from fedjax_bench.data.federated import Dataset, FederatedData
 
 pytestmark = pytest.mark.slow
@@ -45,23 +45,27 @@ def subset(n: int) -> Dataset:
                  feature_shape=tuple(x.shape[1:]), is_image=True)
 
 
+def run_config(over: dict) -> config.Config:
+  """``over`` on the papers' defaults, with about 40 evaluations."""
+  cfg = config.resolve(over, seeds=[0])
+  return config.replace(cfg, eval_every=max(1, cfg.eval.rounds // 40))
+
+
 def run_method(n: int, algo: str) -> dict:
   """{alpha*, final gap, gaps at T/2 and T, time-average log gap} of one method at n."""
   if (n, algo) in _CACHE:
     return _CACHE[n, algo]
   dataset = _CACHE.setdefault(("data", n), None) or subset(n)
   _CACHE["data", n] = dataset
-  defaults = {f.name: f.default for f in cli.FLAGS.get_flags_for_module("fedjax_bench.cli")}
   over = {"algo": algo, "dataset": "mnist", "num_clients": n, "async_rates": "normal",
           "async_rate_std": 5.0, "sim_time": T, "batch_size": int(dataset.train.counts.max()),
           "sampling": "shuffle", "train_eval_examples": 0, "partition": "dirichlet",
           "alpha": 0.1, "clients_per_round": n}
-  cfg = experiment.with_defaults({**defaults, **over}, given=set(over))
-  cfg["eval_every"] = max(1, cfg["rounds"] // 40)
+  cfg = run_config(over)
   exp = experiment.setup(cfg, dataset=dataset)
   alphas = GRID[algo]
-  h = engine.run(exp.build, exp.task, exp.hparams, seeds=[0], rounds=cfg["rounds"],
-                 eval_every=cfg["eval_every"], grid=[{"client_lr": a} for a in alphas]).history
+  h = engine.run(exp.build, exp.task, exp.hparams, seeds=[0], rounds=cfg.eval.rounds,
+                 eval_every=cfg.eval.eval_every, grid=[{"client_lr": a} for a in alphas]).history
   t = np.maximum.accumulate(np.nan_to_num(h.metrics["cum_time"][:, :, 0]), axis=0)  # [E, G]
   gap = h.metrics["optimality_gap"][:, :, 0]
   bad = ~np.all(np.isfinite(gap), 0) | (np.nan_to_num(gap[-1], nan=np.inf) > gap[0])

@@ -13,28 +13,25 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fedjax_bench import cli, engine, experiment
+from fedjax_bench import config as config_lib
+from fedjax_bench import engine, experiment
 from fedjax_bench.algorithms import fedalign
 from fedjax_bench.core import keys
 from fedjax_bench.data import partition, pfl_synthetic, priority
 
-cli.FLAGS(["test"])  # flag defaults
-BASE = cli.our_flags()
+BASE = dict(dataset="gaussmix_shards", num_clients=12, rounds=8, eval_every=2, local_steps=3,
+            batch_size=10, client_lr=0.1, zero_init=True)
 
 
-def config(algo="fedalign", **kw) -> dict:
-  cfg = dict(BASE, algo=algo, dataset="gaussmix_shards", num_clients=12, rounds=8,
-             eval_every=2, local_steps=3, batch_size=10, client_lr=0.1, zero_init=True)
-  cfg.update(kw)
-  given = set(kw)
-  return experiment.with_defaults(cfg, given)
+def config(algo="fedalign", **kw) -> config_lib.Config:
+  return config_lib.resolve({**BASE, "algo": algo, **kw})
 
 
 def run(algo="fedalign", seeds=(0,), **kw):
   cfg = config(algo, **kw)
-  exp = experiment.setup(cfg)
-  out = engine.run(exp.build, exp.task, exp.hparams, seeds=list(seeds), rounds=cfg["rounds"],
-                   eval_every=cfg["eval_every"])
+  exp = experiment.setup(cfg, seeds=list(seeds))
+  out = engine.run(exp.build, exp.task, exp.hparams, seeds=list(seeds), rounds=cfg.eval.rounds,
+                   eval_every=cfg.eval.eval_every)
   return out, exp
 
 
@@ -222,8 +219,8 @@ def test_nonincluded_clients_have_no_influence():
   ds2 = dataclasses.replace(ds, train=dataclasses.replace(t, y=y))
   cfg = config("fedavg_priority")
   exp2 = experiment.setup(cfg, dataset=ds2)
-  b = engine.run(exp2.build, exp2.task, exp2.hparams, seeds=[0], rounds=cfg["rounds"],
-                 eval_every=cfg["eval_every"])
+  b = engine.run(exp2.build, exp2.task, exp2.hparams, seeds=[0], rounds=cfg.eval.rounds,
+                 eval_every=cfg.eval.eval_every)
   assert same(a, b)
 
 

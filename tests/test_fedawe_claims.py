@@ -25,9 +25,6 @@ def _script():
 @pytest.mark.slow
 def test_toyfl_stress_sine_claims():
   script = _script()
-  from fedjax_bench import cli
-  cli.parse_argv(["test"])
-  base = {**cli.our_flags(), **script.TOYFL}
-  res = script.run_comparison(base, "sine", [0, 1, 2], log=lambda *a: None)
+  res = script.run_comparison(dict(script.TOYFL), "sine", [0, 1, 2], log=lambda *a: None)
   failed = [c for c in script.claims_toyfl(res) if not c["holds"]]
   assert not failed, failed

@@ -67,8 +67,7 @@ def _flags(argv):
   cli.FLAGS.unparse_flags()
   try:
     cli.parse_argv(["x", *argv])
-    given = {f.name for f in cli.FLAGS.get_flags_for_module(cli._MODULE) if f.present}
-    return experiment.with_defaults(cli.our_flags(), given)
+    return cli.resolve_flags()[0]
   finally:
     cli.FLAGS.unparse_flags()
 
@@ -78,7 +77,7 @@ def test_area_on_mnist_starts_at_zero_with_gap_ln10_minus_fstar(monkeypatch):
   """Spec 002 §8 row 12: x0 = 0, so f(x0) = ln 10 (uniform softmax, no penalty)."""
   monkeypatch.setenv("TFDS_DATA_DIR", str(shared_tfds_dir()))
   cfg = _flags(["--algo=area", "--dataset=mnist", "--num_clients=4", "--optimality_gap=false"])
-  assert cfg["zero_init"] and not cfg["logreg_bias"]
+  assert cfg.model.zero_init and not cfg.model.logreg_bias
   exp = experiment.setup(cfg)
   server, clients = exp.build(exp.hparams).init(jax.random.PRNGKey(0))
   assert all(float(jnp.max(jnp.abs(a))) == 0 for a in jax.tree.leaves(server.params))
@@ -89,8 +88,8 @@ def test_area_on_mnist_starts_at_zero_with_gap_ln10_minus_fstar(monkeypatch):
 def test_fedalign_fig3_flagfiles_use_the_authors_120_shards():
   for name in ("fig3_local_fedalign", "fig3_local_local_model"):
     cfg = _flags([f"--flagfile={REPO}/benchmarks/configs/fedalign/{name}.flags"])
-    assert cfg["num_shards"] == 120 and cfg["shards_per_client"] == 20, name
-    assert cfg["sampling"] == "shuffle_drop_last"
+    assert cfg.data.num_shards == 120 and cfg.data.shards_per_client == 20, name
+    assert cfg.hparams.sampling == "shuffle_drop_last"
 
 
 def test_paper_flagfiles_of_authors_who_drop_the_partial_batch_drop_it():
