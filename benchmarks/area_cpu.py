@@ -50,7 +50,7 @@ from fedjax_bench import host_devices  # noqa: E402
 
 host_devices.use_all_cores()
 
-from absl import app, flags  # noqa: E402
+from absl import flags  # noqa: E402
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
@@ -531,17 +531,7 @@ def write_setting(stem, name, cfg, an, claims, metric_tables, panels, extra=()):
 
 
 def overrides(defaults: dict) -> dict:
-  out = dict(defaults)
-  for k in PASSTHROUGH:
-    if FLAGS[k].present:
-      out[k] = FLAGS[k].value
-  return out
-
-
-def unread_flags() -> list[str]:
-  """Run settings given on the command line that this script does not pass on."""
-  return sorted(n for n in (*run_flags.names(), "algo", "sweep")
-                if FLAGS[n].present and n not in PASSTHROUGH)
+  return {**defaults, **run_flags.passed_on(PASSTHROUGH)}
 
 
 def grid_for(algo, default):
@@ -706,11 +696,7 @@ def main(argv) -> int:
   del argv
   if FLAGS.experiment in ("quadratic", "bias"):
     jax.config.update("jax_enable_x64", True)
-  unread = unread_flags()
-  if unread:
-    sys.stderr.write(f"error: {', '.join('--' + n for n in unread)}: not read by this script; "
-                     f"it passes on --seeds and {', '.join('--' + n for n in PASSTHROUGH)}\n")
-    return 2
+  run_flags.passed_on(PASSTHROUGH)
   seeds = run_flags.parse_seeds(FLAGS.seeds if FLAGS["seeds"].present else "0,1,2")
   os.makedirs(os.path.join(FLAGS.out, "runs"), exist_ok=True)
   t0 = time.perf_counter()
@@ -721,4 +707,4 @@ def main(argv) -> int:
 
 
 if __name__ == "__main__":
-  app.run(lambda argv: sys.exit(main(argv)), flags_parser=cli.parse_argv)
+  cli.run_script(main)

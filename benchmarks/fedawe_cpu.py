@@ -31,7 +31,7 @@ from fedjax_bench import host_devices  # noqa: E402
 
 host_devices.use_all_cores()
 
-from absl import app, flags  # noqa: E402
+from absl import flags  # noqa: E402
 import numpy as np  # noqa: E402
 
 from fedjax_bench import cli, config, engine, experiment, results  # noqa: E402
@@ -208,16 +208,8 @@ def plot(path: str, res: dict, title: str) -> None:
 
 def main(argv) -> int:
   del argv
-  unread = sorted(n for n in (*run_flags.names(), "algo", "sweep")
-                  if FLAGS[n].present and n not in PASSTHROUGH)
-  if unread:
-    sys.stderr.write(f"error: {', '.join('--' + n for n in unread)}: not read by this script; "
-                     f"it passes on --seeds and {', '.join('--' + n for n in PASSTHROUGH)}\n")
-    return 2
   base = dict(TOYFL if FLAGS.experiment == "toyfl" else MNIST)
-  for name in PASSTHROUGH:  # --toyfl_phi is an alias of --availability_phi
-    if FLAGS[name].present:
-      base[name] = FLAGS[name].value
+  base.update(run_flags.passed_on(PASSTHROUGH))  # --toyfl_phi is an alias of --availability_phi
   seeds = run_flags.parse_seeds(FLAGS.seeds if FLAGS["seeds"].present else "0,1,2")
   os.makedirs(FLAGS.out, exist_ok=True)
   failed = 0
@@ -259,4 +251,4 @@ def main(argv) -> int:
 
 
 if __name__ == "__main__":
-  app.run(lambda argv: sys.exit(main(argv)), flags_parser=cli.parse_argv)
+  cli.run_script(main)

@@ -35,7 +35,7 @@ from fedjax_bench import host_devices  # noqa: E402
 
 host_devices.use_all_cores()
 
-from absl import app, flags  # noqa: E402
+from absl import flags  # noqa: E402
 import numpy as np  # noqa: E402
 
 from fedjax_bench import cli, config, curve_stats, engine, experiment, results  # noqa: E402
@@ -150,7 +150,7 @@ def _cfg(scale, fw, algo, ps):
   for name in ("rounds", "pool_size", "num_clients"):
     if FLAGS[f"{name}_override"].value:
       cfg[name] = FLAGS[f"{name}_override"].value
-  cfg.update({name: FLAGS[name].value for name in PASSTHROUGH if FLAGS[name].present})
+  cfg.update(run_flags.passed_on(PASSTHROUGH, also=()))
   return cfg
 
 
@@ -409,13 +409,8 @@ def _mask_top(alpha, top):
 
 def main(argv):
   del argv
-  unread = sorted(n for n in (*run_flags.names(), "algo", "seeds", "sweep")
-                  if FLAGS[n].present and n not in PASSTHROUGH)
-  if unread:
-    sys.stderr.write(f"error: {', '.join('--' + n for n in unread)}: not read by this script; "
-                     f"it passes on {', '.join('--' + n for n in PASSTHROUGH)} (see "
-                     "--rounds_override and the other *_override flags)\n")
-    return 2
+  run_flags.passed_on(PASSTHROUGH, also=(), hint=" (see --rounds_override and the other "
+                     "*_override flags)")
   out = FLAGS.out or os.path.join("results", "hetero_agg", FLAGS.scale)
   os.makedirs(os.path.join(out, "runs"), exist_ok=True)
   t0 = time.perf_counter()
@@ -446,4 +441,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main, flags_parser=cli.parse_argv)
+  cli.run_script(main)

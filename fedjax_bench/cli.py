@@ -61,6 +61,21 @@ def main(argv: Sequence[str]) -> int:
     return 2
 
 
+def run_script(main) -> None:
+  """app.run for a benchmark script: its flags parsed as the command line's, and a
+  UsageError one line on stderr with exit status 2; else main's return value."""
+  from absl import app
+
+  def guarded(argv):
+    try:
+      sys.exit(main(argv))
+    except UsageError as e:
+      sys.stderr.write(f"error: {e}\n")
+      sys.exit(2)
+
+  app.run(guarded, flags_parser=parse_argv)
+
+
 def entry() -> None:
   """The ``fedjax-bench`` console script and ``python -m fedjax_bench``."""
   from fedjax_bench import host_devices

@@ -29,7 +29,7 @@ def _run(args, tmp_path, env=None, timeout=600):
     (["--algo=fedbogus"], "--algo=fedbogus: value should be one of <" + "|".join(sorted(ALGORITHMS)) + ">"),
     (["--dataset=imagenet"], "value should be one of <" + "|".join(DATASETS) + ">"),
     (["--model=resnet9000"], "value should be one of <" + "|".join(MODELS) + ">"),
-    (["--partition=random"], "value should be one of <" + "|".join(PARTITIONS) + ">"),
+    (["--partition=random"], "value should be one of <natural|" + "|".join(PARTITIONS) + ">"),
     (["--server_opt=lion"], "|".join(SERVER_OPTS)),
     (["--no_such_flag=1"], "Unknown command line flag 'no_such_flag'"),
     (["--clients_per_round=11", "--num_clients=10"], "must not exceed --num_clients"),

@@ -11,7 +11,7 @@ class DataSettings:
   dataset: str = setting("synthetic", "Dataset.", choices=DATASETS)
   partition: str = setting(None, "How the training set is split over clients (default: the "
                            "dataset's own: natural for synthetic, dirichlet for toyfl, iid for "
-                           "image datasets).", choices=(None, *PARTITIONS))
+                           "image datasets).", choices=(None, "natural", *PARTITIONS))
   alpha: float = setting(0.5, "Dirichlet concentration for --partition=dirichlet (smaller: "
                          "more skewed).", check=POSITIVE)
   shards_per_client: int = setting(2, "Label shards per client for --partition=shards.",
