@@ -42,7 +42,7 @@ PROJECTIONS = ("none", "ball", "box")
 class AsyncClock:
   sim_time: float = setting(0.0, "Simulated time horizon T; events after T change nothing, and "
                             "without --rounds the run lasts about T (0: --rounds events).",
-                            check=NON_NEGATIVE)
+                            check=NON_NEGATIVE, sweep=True)
   async_delta: int = setting(4, "Aggregate every this many client messages (Delta; sfedavg: "
                              "clients per synchronous round).", check=POSITIVE, sweep=True)
   async_rates: str = setting("uniform", "Client update rates lambda_i: all --async_rate, or "
@@ -59,14 +59,14 @@ class AsyncClock:
                              "aggregation events (the theory's).",
                              choices=asynchrony.AGGREGATIONS)
   async_agg_rate: float = setting(0.0, "Rate of --aggregation=poisson events (0: sum of rates "
-                                  "/ Delta).", check=NON_NEGATIVE)
+                                  "/ Delta).", check=NON_NEGATIVE, sweep=True)
   grad_scale: str = setting("data_weight", "The client oracle is w_i grad f_i with w_i = n_i / "
                             "N (AREA spec §1), or unscaled.", choices=GRAD_SCALES)
   send_after_aggregation: bool = setting(False, "The client that triggers an aggregation "
                                          "receives the new model (default: the one before).")
   projection: str = setting("none", "Project every local step onto a ball of "
                             "--projection_radius or the box [-R, R].", choices=PROJECTIONS)
-  projection_radius: float = setting(1.0, "R of --projection.", check=POSITIVE,
+  projection_radius: float = setting(1.0, "R of --projection.", check=POSITIVE, sweep=True,
                                      used_if=lambda hp: hp.projection != "none")
 
 
