@@ -21,7 +21,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from fedjax_bench import checkpoint, config as config_lib, flags, results
+from fedjax_bench import checkpoint, compile_cache, config as config_lib, flags, results
 from fedjax_bench.config import Config
 from fedjax_bench.errors import UsageError
 
@@ -95,6 +95,8 @@ def execute(cfg: Config, seeds: list[int], grid: list[dict], *, progress: bool =
   from fedjax_bench.core import memory
 
   out_cfg = cfg.run
+  if out_cfg.compile_cache:
+    compile_cache.enable(cfg.data.cache_dir)
   if out_cfg.check_only:
     check(cfg, seeds, grid)
     if progress:
@@ -212,7 +214,8 @@ def _short(report: dict) -> dict:
 # with other values of these still resumes. (--rounds may grow to extend a run.)
 _NOT_IN_FINGERPRINT = ("output_dir", "name", "resume", "check_only", "checkpoint_every",
                        "data_dir", "cache_dir", "distributed", "coordinator_address",
-                       "num_processes", "process_id", "rounds", "tensorboard")
+                       "num_processes", "process_id", "rounds", "tensorboard",
+                       "compile_cache")
 
 
 def run_fingerprint(cfg: Config, seeds: list[int], grid: list[dict]) -> dict:

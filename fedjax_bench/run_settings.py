@@ -27,6 +27,10 @@ class RunSettings:
   name: str = setting(None, "Run name (default ALGO_DATASET_MODEL).")
   tensorboard: bool = setting(False, "Also write TensorBoard event files of every metric, one "
                               "run per seed and grid point, under OUTPUT_DIR/tensorboard.")
+  compile_cache: bool = setting(True, "Keep compiled programs in JAX's persistent compilation "
+                                "cache (CACHE_DIR/xla, or $FEDJAX_BENCH_COMPILE_CACHE): a second "
+                                "identical run loads them instead of compiling. Changes no "
+                                "number.")
   checkpoint_every: int = setting(1, "Save the whole simulation to OUTPUT_DIR/checkpoint.npz "
                                   "after every this many evaluations (0: never); it is removed "
                                   "when the run's results are written.", check=NON_NEGATIVE)

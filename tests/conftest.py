@@ -10,6 +10,14 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from fedjax_bench import compile_cache  # noqa: E402
+
+# One persistent compilation cache for the whole suite, this process and every command line
+# it starts (they inherit the variable, whatever cache dir a test gives them): the suite
+# compiles many identical programs. FEDJAX_BENCH_COMPILE_CACHE=off runs it without.
+os.environ.setdefault(compile_cache.ENV, compile_cache.directory() or "off")
+compile_cache.enable()
+
 from fedjax_bench import models  # noqa: E402
 from fedjax_bench.algorithms import fedavg  # noqa: E402
 from fedjax_bench.core.task import make_task  # noqa: E402

@@ -85,16 +85,6 @@ def four_devices(request, tmp_path_factory):
   log.close()
 
 
-@pytest.fixture(scope="module")
-def compilation_cache(tmp_path_factory):
-  """JAX's persistent compilation cache for this module: a perturbed start compiles the
-  same round and evaluation programs as the plain run, so it reuses them."""
-  jax.config.update("jax_compilation_cache_dir", str(tmp_path_factory.mktemp("xla_cache")))
-  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-  yield
-  jax.config.update("jax_compilation_cache_dir", None)
-
-
 def _outside(diffs: dict) -> dict:
   return {m: d for m, d in diffs.items() if not d["ok"]}
 
@@ -156,7 +146,7 @@ def test_the_comparison_flags_a_perturbed_curve():
 # --- reruns ----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name", NAMES)
-def test_one_device_matches_the_committed_curves(name, four_devices, compilation_cache):
+def test_one_device_matches_the_committed_curves(name, four_devices):
   curves = one_device(name)
   diffs = reference.differences(reference.expected_curves(reference.load(name)), curves)
   assert _outside(diffs) == {}, (f"{name}: outside rtol {reference.RTOL:g}, atol "
@@ -165,7 +155,7 @@ def test_one_device_matches_the_committed_curves(name, four_devices, compilation
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_a_perturbed_start_stays_within_the_tolerance(name, four_devices, compilation_cache):
+def test_a_perturbed_start_stays_within_the_tolerance(name, four_devices):
   one_device(name)  # compiled into the cache first
   curves = reference.compute(name, devices=jax.devices("cpu")[:1],
                              perturbation=reference.PERTURBATION)
