@@ -79,7 +79,7 @@ def run(cfg: Config | None = None, *, seeds: int | str | Sequence[int] = config_
   return execute(cfg, seeds, flags.grid(axes), progress=progress)
 
 
-def check(cfg: Config, seeds: list[int], grid: list[dict], dataset=None):
+def check(cfg: Config, seeds: list[int], dataset=None):
   """Every check a run makes before it trains; the experiment. ``dataset`` stands in for
   loading the configured one (checks of flagfiles whose data is not here)."""
   from fedjax_bench import experiment
@@ -98,7 +98,7 @@ def execute(cfg: Config, seeds: list[int], grid: list[dict], *, progress: bool =
   if out_cfg.compile_cache:
     compile_cache.enable(cfg.data.cache_dir)
   if out_cfg.check_only:
-    check(cfg, seeds, grid)
+    check(cfg, seeds)
     if progress:
       print("ok: the settings are valid for this run")
     return None
@@ -124,7 +124,7 @@ def execute(cfg: Config, seeds: list[int], grid: list[dict], *, progress: bool =
   elif ckpt_path and os.path.exists(ckpt_path) and not out_cfg.resume:
     raise UsageError(f"{out} holds the checkpoint of an unfinished run; add --resume to "
                      "continue it, or give another --output_dir")
-  exp = check(cfg, seeds, grid)
+  exp = check(cfg, seeds)
   dataset, task = exp.dataset, exp.task
   memory.check_run(exp.build, task, exp.hparams, exp.world, len(seeds) * max(len(grid), 1),
                    jax.device_count(), run_data=exp.run_data)

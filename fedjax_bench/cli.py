@@ -42,8 +42,8 @@ def resolve_flags() -> tuple[config.Config, list[int], list[dict]]:
 
 def check_flags(dataset=None):
   """Every check a run makes of the parsed flags before it trains (`--check_only`)."""
-  cfg, seeds, grid = resolve_flags()
-  return api.check(cfg, seeds, grid, dataset=dataset)
+  cfg, seeds, _ = resolve_flags()
+  return api.check(cfg, seeds, dataset=dataset)
 
 
 def main(argv: Sequence[str]) -> int:

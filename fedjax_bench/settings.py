@@ -174,7 +174,3 @@ def unused(obj, names) -> list[str]:
   own = specs(type(obj))
   return [n for n in names if n in own and own[n].used_if is not None
           and not own[n].used_if(obj)]
-
-
-def kind_name(kind: type) -> str:
-  return {bool: "bool", int: "int", float: "float", str: "str", tuple: "list"}[kind]

@@ -75,7 +75,7 @@ for path in sorted(glob.glob("benchmarks/configs/*/*.flags")):
     try:
       cli.parse_argv(["x", *args])
       cfg, seeds, grid = cli.resolve_flags()
-      exp = api.check(cfg, seeds, grid)
+      exp = api.check(cfg, seeds)
       failures += [f"FAILED (configuration changed) {d}" for d in
                    compare(" ".join(args), cfg, grid, exp)]
     except (UsageError, SystemExit) as e:
