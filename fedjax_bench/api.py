@@ -67,6 +67,13 @@ def run(cfg: Config | None = None, *, seeds: int | str | Sequence[int] = config_
   (a count, a list, or "5,7") and the product grid of ``sweep`` ({name: values}, or
   the command line's ["name:v1,v2"]), all in one program. Returns None with
   ``check_only=True`` (after every check a run makes)."""
+  return execute(*prepare(cfg, seeds=seeds, sweep=sweep, **settings), progress=progress)
+
+
+def prepare(cfg: Config | None = None, *, seeds=config_lib.DEFAULT_SEEDS, sweep=None,
+            **settings) -> tuple[Config, list[int], list[dict]]:
+  """(the resolved configuration, the seeds, the sweep grid) of `run`'s arguments, every
+  check made that needs no data; the command line's flags go through here too."""
   seeds = flags.parse_seeds(seeds)
   if cfg is None:
     cfg = config_lib.resolve(settings, seeds=seeds)
@@ -76,7 +83,7 @@ def run(cfg: Config | None = None, *, seeds: int | str | Sequence[int] = config_
       cfg = config_lib.replace(cfg, **settings)
   axes = flags.parse_sweep(sweep) if isinstance(sweep, (list, tuple)) else dict(sweep or {})
   config_lib.check_sweep(cfg, axes)
-  return execute(cfg, seeds, flags.grid(axes), progress=progress)
+  return cfg, seeds, flags.grid(axes)
 
 
 def check(cfg: Config, seeds: list[int], dataset=None):

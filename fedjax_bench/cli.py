@@ -33,11 +33,7 @@ def parse_argv(argv: Sequence[str]) -> list[str]:
 
 def resolve_flags() -> tuple[config.Config, list[int], list[dict]]:
   """(the configuration, the seeds, the sweep grid) of the parsed flags."""
-  seeds = flags.parse_seeds(FLAGS.seeds)
-  cfg = config.resolve(flags.given_values(), seeds=seeds)
-  axes = flags.parse_sweep(FLAGS.sweep)
-  config.check_sweep(cfg, axes)
-  return cfg, seeds, flags.grid(axes)
+  return api.prepare(seeds=FLAGS.seeds, sweep=list(FLAGS.sweep), **flags.given_values())
 
 
 def check_flags(dataset=None):

@@ -114,7 +114,7 @@ def specs(cls) -> dict[str, Spec]:
 
 
 def closest(name: str, valid) -> str:
-  """', did you mean ...' for a misspelled name, or the valid names when none is close."""
+  """'closest: ...' for a misspelled name, or 'valid: ...' when no name is close."""
   near = difflib.get_close_matches(name, list(valid), n=3, cutoff=0.6)
   if near:
     return f"closest: {', '.join(near)}"
