@@ -49,12 +49,20 @@ class Checkpointing:
   `resume` continues from `path` when it exists, bit-identically to a run never stopped.
   `fingerprint` (JSON-able) identifies the configuration; a checkpoint of another one is
   refused. `on_save(history)` is called after each save (the CLI writes metrics.csv so far).
+
+  `max_share` caps the time spent saving: a save that is due is skipped while the wall
+  time since the end of the last one is under that save's cost (fetch, write, `on_save`)
+  divided by `max_share`, so saves take at most about that share of a run (the first one
+  aside). A kill then loses at most that much more work; what is saved is unchanged, so
+  resuming stays bit-identical. 0 (the default; also with several processes): every due
+  save is written.
   """
   path: str
   every: int = 1
   fingerprint: dict = dataclasses.field(default_factory=dict)
   resume: bool = False
   on_save: Optional[Callable[[History], None]] = None
+  max_share: float = 0.0
 
 
 @dataclasses.dataclass
@@ -225,6 +233,7 @@ def run(build: Builder, task: Task, hparams: dict, *, seeds: list[int], rounds: 
       raise UsageError(f"checkpoint {checkpoint.path} is at round {done}, past "
                        f"--rounds={rounds}")
   start_done, start_seconds = done, run_seconds
+  last_save = None  # (perf_counter at its end, its seconds)
   while done < rounds and not np.all(diverged > 0):
     length = min(eval_every, rounds - done)
     exe = block_exe(length)
@@ -237,8 +246,11 @@ def run(build: Builder, task: Task, hparams: dict, *, seeds: list[int], rounds: 
     diverged = _diverged(diverged, on_device, evals, done)
     eval_rounds.append(done)
     records.append(_mask_diverged((evals, block_metrics), diverged))
-    if checkpoint is not None and (len(records) - 1) % max(checkpoint.every, 1) == 0:
+    if (checkpoint is not None and (len(records) - 1) % max(checkpoint.every, 1) == 0
+        and _save_affordable(checkpoint, last_save)):
+      t_save = time.perf_counter()
       _save(checkpoint, state, records, eval_rounds, run_seconds, diverged, seeds, grid)
+      last_save = (time.perf_counter(), time.perf_counter() - t_save)
     if on_eval is not None:
       rps = (done - start_done) / max(run_seconds - start_seconds, 1e-9)
       means = {k: _mean_finite(v) for k, v in {**evals, **block_metrics}.items()}
@@ -314,6 +326,15 @@ def _mask_diverged(record, diverged):
     return record
   return tuple({k: np.where(bad, np.nan, np.asarray(v, np.float64)) for k, v in part.items()}
                for part in record)
+
+
+def _save_affordable(checkpoint: Checkpointing, last_save) -> bool:
+  """Whether the time since the last save is long enough for another (`max_share`)."""
+  # Several processes must agree on every save (its fetch is collective): no budget.
+  if last_save is None or checkpoint.max_share <= 0 or jax.process_count() > 1:
+    return True
+  end, cost = last_save
+  return time.perf_counter() - end >= cost / checkpoint.max_share
 
 
 def _save(checkpoint: Checkpointing, state, records, eval_rounds, run_seconds, diverged,
