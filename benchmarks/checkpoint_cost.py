@@ -1,7 +1,9 @@
-"""The cost of checkpoints: one configuration run without checkpoints and with the
-default (a save after every evaluation), in one invocation.
+"""The cost of checkpoints: one configuration run without checkpoints, with the default
+time budget for saves (--checkpoint_max_share), and with a save after every evaluation
+(max_share 0), in one invocation.
 
   python benchmarks/checkpoint_cost.py [--algos=fedawe,mifa,fedvarp,fedavg] [--rounds=40]
+                                       [--local_steps=1,10]
 
 fedawe, mifa and fedvarp keep O(m d) client state ([num_clients, d]); they run as W4 of
 benchmarks/scale.py (logistic regression on LEAF Synthetic(1, 1) generated on demand,
@@ -9,7 +11,7 @@ benchmarks/scale.py (logistic regression on LEAF Synthetic(1, 1) generated on de
 clients, all available, as a reference point. Each side of a pair runs in the same
 process after one untimed warm-up run (data); per side: the wall seconds of `engine.run`
 less its compilation, and with checkpoints the seconds spent in saves, their number and the bytes
-of one checkpoint file.
+of one checkpoint file. Writes results/speed/checkpoint_cost.{json,md}.
 """
 
 import os
@@ -26,12 +28,13 @@ FLAGS = flags.FLAGS
 flags.DEFINE_list("algos", ["fedawe", "mifa", "fedvarp", "fedavg"], "Algorithms to measure.")
 flags.DEFINE_integer("rounds", 40, "Rounds per measured run.")
 flags.DEFINE_integer("eval_every", 10, "Rounds between evaluations (the CLI's default).")
-flags.DEFINE_integer("local_steps", 10, "Local steps per client.")
+flags.DEFINE_list("local_steps", ["1", "10"], "Local steps per client (one row each).")
+flags.DEFINE_string("output_dir", "results/speed", "Where checkpoint_cost.{json,md} go.")
 
 ALGOS = ("fedawe", "mifa", "fedvarp", "fedavg")
 
 
-def setup(algo: str):
+def setup(algo: str, local_steps: int):
   """(build, task, hparams, num_clients)."""
   import numpy as np
   from fedjax_bench import algorithms, models
@@ -46,7 +49,7 @@ def setup(algo: str):
   logreg = models.make("logreg", num_classes=10, is_image=False)
   n = 100 if algo == "fedavg" else 10_000
   task = task_lib.make_stream_task(stream.leaf_stream(n, seed=0), logreg)
-  steps = np.full(n, FLAGS.local_steps, np.int32)
+  steps = np.full(n, local_steps, np.int32)
   if algo == "fedavg":
     world = world_lib.make(participation.full(n), steps)
   else:
@@ -57,10 +60,10 @@ def setup(algo: str):
   return (lambda h: module.build(task, world, h)), task, hp, n
 
 
-def measure(algo: str) -> dict:
+def measure(algo: str, local_steps: int) -> dict:
   from fedjax_bench import engine
 
-  build, task, hp, n = setup(algo)
+  build, task, hp, n = setup(algo, local_steps)
   saves = []
   real_save = engine._save
 
@@ -69,43 +72,70 @@ def measure(algo: str) -> dict:
     real_save(*args, **kwargs)
     saves.append(time.perf_counter() - t0)
 
-  def once(ckpt_dir):
+  def once(ckpt_dir, **kw):
+    saves.clear()
     ckpt = None
     if ckpt_dir is not None:
-      ckpt = engine.Checkpointing(os.path.join(ckpt_dir, "checkpoint.npz"))
+      ckpt = engine.Checkpointing(os.path.join(ckpt_dir, "checkpoint.npz"), **kw)
     out = engine.run(build, task, hp, seeds=[0], rounds=FLAGS.rounds,
                      eval_every=FLAGS.eval_every, checkpoint=ckpt)
-    return out.timing["wall_seconds"] - out.timing["compile_seconds"]
+    seconds = out.timing["wall_seconds"] - out.timing["compile_seconds"]
+    return {"seconds": seconds, "saves": len(saves), "save_s": sum(saves) / max(len(saves), 1),
+            "share": sum(saves) / seconds}
 
   engine._save = timed_save
   try:
     with tempfile.TemporaryDirectory() as d:
       once(None)  # warm-up: data, compilation caches
-      off = once(None)
-      on = once(d)
+      off = once(None)["seconds"]
+      every = once(d, max_share=0)
       size = os.path.getsize(os.path.join(d, "checkpoint.npz"))
+      default = once(d)
   finally:
     engine._save = real_save
-  return {"algo": algo, "num_clients": n, "off_s": off, "on_s": on, "ratio": on / off,
-          "saves": len(saves), "save_s": sum(saves) / max(len(saves), 1),
-          "save_share": sum(saves) / on, "bytes": size}
+  return {"algo": algo, "num_clients": n, "local_steps": local_steps, "off_s": off,
+          "every": every, "default": default, "bytes": size}
 
 
 def main(argv):
   del argv
+  from fedjax_bench import engine, results
   bad = [a for a in FLAGS.algos if a not in ALGOS]
   if bad:
     sys.stderr.write(f"error: unknown --algos {bad}; valid: {', '.join(ALGOS)}\n")
     return 2
-  print(f"{FLAGS.rounds} rounds, an evaluation every {FLAGS.eval_every}, "
-        f"{FLAGS.local_steps} local steps; checkpoint_every=1 against none")
-  print(f"{'algo':8} {'clients':>7} {'off s':>7} {'on s':>7} {'ratio':>6} {'saves':>5} "
-        f"{'s/save':>7} {'share':>6} {'MB':>7}")
+  share = engine.Checkpointing("").max_share
+  print(f"{FLAGS.rounds} rounds, an evaluation every {FLAGS.eval_every}; no checkpoints "
+        f"against a save at every evaluation and the default budget (max_share {share})")
+  head = ("| algo | clients | local steps | no saves s | every save: share of run | saves | "
+          "s/save | MB | default budget: share of run | saves |")
+  lines = [head, "|" + "---|" * 10]
+  print(head)
+  rows = []
   for algo in FLAGS.algos:
-    r = measure(algo)
-    print(f"{r['algo']:8} {r['num_clients']:7d} {r['off_s']:7.2f} {r['on_s']:7.2f} "
-          f"{r['ratio']:6.3f} {r['saves']:5d} {r['save_s']:7.3f} {r['save_share']:6.1%} "
-          f"{r['bytes'] / 1e6:7.2f}", flush=True)
+    for steps in map(int, FLAGS.local_steps):
+      r = measure(algo, steps)
+      rows.append(r)
+      e, d = r["every"], r["default"]
+      line = (f"| {algo} | {r['num_clients']:,} | {steps} | {r['off_s']:.2f} | "
+              f"{e['share']:.1%} | {e['saves']} | {e['save_s']:.3f} | {r['bytes'] / 1e6:.1f} | "
+              f"{d['share']:.1%} | {d['saves']} |")
+      lines.append(line)
+      print(line, flush=True)
+  env = {**results.environment_info(), "loadavg": os.getloadavg()}
+  os.makedirs(FLAGS.output_dir, exist_ok=True)
+  results.atomic_write_json(os.path.join(FLAGS.output_dir, "checkpoint_cost.json"),
+                            {"max_share": share, "rounds": FLAGS.rounds,
+                             "eval_every": FLAGS.eval_every, "rows": rows, "environment": env})
+  md = ["# Checkpoint cost", "",
+        f"`python benchmarks/checkpoint_cost.py`: {FLAGS.rounds} rounds, an evaluation every "
+        f"{FLAGS.eval_every}, one seed; each configuration without checkpoints, with a save at "
+        f"every evaluation (`--checkpoint_max_share=0`) and with the default budget "
+        f"({share}). Share = seconds in saves / seconds of the run (compilation excluded).", "",
+        *lines, "", f"Machine: {os.cpu_count()} CPUs, jax {env.get('jax')}; 1-minute load "
+        f"average {env['loadavg'][0]:.2f} at the end."]
+  results.atomic_write_text(os.path.join(FLAGS.output_dir, "checkpoint_cost.md"),
+                            "\n".join(md) + "\n")
   return 0
 
 

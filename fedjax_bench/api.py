@@ -163,7 +163,7 @@ def execute(cfg: Config, seeds: list[int], grid: list[dict], *, progress: bool =
         os.path.join(out, results.METRICS_FILE), history)) if lead else None
     ckpt = engine.Checkpointing(ckpt_path, every=out_cfg.checkpoint_every or 1 << 30,
                                 fingerprint=fingerprint, resume=out_cfg.resume,
-                                on_save=on_save)
+                                on_save=on_save, max_share=out_cfg.checkpoint_max_share)
   if out and lead and not (out_cfg.resume and os.path.exists(ckpt_path)):
     results.atomic_write_json(os.path.join(out, results.CONFIG_FILE), run_config)
   output = engine.run(exp.build, task, exp.hparams, seeds=seeds, rounds=cfg.eval.rounds,
@@ -220,6 +220,7 @@ def _short(report: dict) -> dict:
 # Settings that change neither the numbers nor which runs there are: a checkpoint written
 # with other values of these still resumes. (--rounds may grow to extend a run.)
 _NOT_IN_FINGERPRINT = ("output_dir", "name", "resume", "check_only", "checkpoint_every",
+                       "checkpoint_max_share",
                        "data_dir", "cache_dir", "distributed", "coordinator_address",
                        "num_processes", "process_id", "rounds", "tensorboard",
                        "compile_cache")

@@ -10,7 +10,6 @@ Layout: ``meta`` (JSON as uint8: format, fingerprint, config, rounds done, ...),
 ``block_E.NAME`` (per-run metrics of evaluation E). Nothing is pickled.
 """
 
-import io
 import json
 import zipfile
 from typing import Any
@@ -33,9 +32,7 @@ def save(path: str, *, leaves: list, records: list, eval_rounds: list, meta: dic
   header = {**meta, "format": FORMAT, "num_leaves": len(leaves),
             "eval_rounds": [int(r) for r in eval_rounds]}
   arrays["meta"] = np.frombuffer(json.dumps(header).encode(), np.uint8)
-  buf = io.BytesIO()
-  np.savez(buf, **arrays)
-  results.atomic_write_bytes(path, buf.getvalue())
+  results.atomic_write_with(path, lambda f: np.savez(f, **arrays))
 
 
 def load(path: str) -> tuple[list, list, list, dict]:

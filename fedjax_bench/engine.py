@@ -19,6 +19,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from fedjax_bench import checkpoint as checkpoint_lib
 from fedjax_bench import settings
+from fedjax_bench.run_settings import RunSettings
 from fedjax_bench.core import cohort, keys
 from fedjax_bench.core import run_data as run_data_lib
 from fedjax_bench.core.task import Task
@@ -41,6 +42,9 @@ class RunOutput:
   diverged: np.ndarray = None
 
 
+_RUN_DEFAULTS = settings.specs(RunSettings)
+
+
 @dataclasses.dataclass
 class Checkpointing:
   """Where and how often `run` saves the whole simulation, and whether it resumes.
@@ -53,16 +57,16 @@ class Checkpointing:
   `max_share` caps the time spent saving: a save that is due is skipped while the wall
   time since the end of the last one is under that save's cost (fetch, write, `on_save`)
   divided by `max_share`, so saves take at most about that share of a run (the first one
-  aside). A kill then loses at most that much more work; what is saved is unchanged, so
-  resuming stays bit-identical. 0 (the default; also with several processes): every due
-  save is written.
+  aside). A kill then loses the rounds since the last save, which may be more than one
+  block; what is saved is unchanged, so resuming stays bit-identical. 0 (also with several
+  processes): every due save is written. The defaults are `RunSettings`'s.
   """
   path: str
-  every: int = 1
+  every: int = _RUN_DEFAULTS["checkpoint_every"].default
   fingerprint: dict = dataclasses.field(default_factory=dict)
   resume: bool = False
   on_save: Optional[Callable[[History], None]] = None
-  max_share: float = 0.0
+  max_share: float = _RUN_DEFAULTS["checkpoint_max_share"].default
 
 
 @dataclasses.dataclass

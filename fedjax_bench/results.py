@@ -46,13 +46,19 @@ COUNT_SUFFIX = '.count'
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
   """Writes `data` to `path` so that readers see either the old or the new file."""
+  atomic_write_with(path, lambda f: f.write(data))
+
+
+def atomic_write_with(path: str | os.PathLike, write) -> None:
+  """Calls ``write(binary file)`` on a temporary file beside `path`, then puts it in
+  place: readers see either the old or the complete new file, never part of one."""
   path = os.fspath(path)
   directory = os.path.dirname(os.path.abspath(path))
   fd, tmp = tempfile.mkstemp(
       dir=directory, prefix='.' + os.path.basename(path) + '.', suffix='.tmp')
   try:
     with os.fdopen(fd, 'wb') as f:
-      f.write(data)
+      write(f)
       f.flush()
       os.fsync(f.fileno())
     os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give what open() would

@@ -1,6 +1,7 @@
 """The evaluation, run and output settings (`fedjax_bench.settings`)."""
 
-from fedjax_bench.settings import NON_NEGATIVE, POSITIVE, at_least, section, setting
+from fedjax_bench.settings import (NON_NEGATIVE, POSITIVE, PROBABILITY, at_least, section,
+                                   setting)
 
 
 @section("evaluation")
@@ -34,6 +35,11 @@ class RunSettings:
   checkpoint_every: int = setting(1, "Save the whole simulation to OUTPUT_DIR/checkpoint.npz "
                                   "after every this many evaluations (0: never); it is removed "
                                   "when the run's results are written.", check=NON_NEGATIVE)
+  checkpoint_max_share: float = setting(
+      0.05, "Saves take at most about this share of a run's time: a due save is skipped "
+      "until the time since the last one is that save's cost / this share (0: every due "
+      "save). A killed run loses the rounds since its last save: one block, or more when a "
+      "save is slow next to a block. Changes no number.", check=PROBABILITY)
   resume: bool = setting(False, "Continue from OUTPUT_DIR/checkpoint.npz, bit-identically to "
                          "a run never stopped (--rounds may grow); a finished run in "
                          "OUTPUT_DIR is skipped.")

@@ -7,7 +7,9 @@ import jax
 import numpy as np
 
 from conftest import toy_setup
-from fedjax_bench import engine
+import fedjax_bench
+from fedjax_bench import engine, settings
+from fedjax_bench.run_settings import RunSettings
 from fedjax_bench.algorithms import fedavg
 
 ROUNDS = 12
@@ -42,7 +44,26 @@ def test_slow_saves_are_skipped_and_resume_is_bit_identical(tmp_path):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
-def test_by_default_every_due_save_is_written(tmp_path):
+def test_without_a_budget_every_due_save_is_written(tmp_path):
   saves = []
-  _run(_slow_checkpoint(tmp_path / "b.npz", saves))
+  _run(_slow_checkpoint(tmp_path / "b.npz", saves, max_share=0))
   assert saves == list(range(1, ROUNDS + 1))
+
+
+def test_the_budget_is_the_declared_setting_and_reaches_the_engine(tmp_path, monkeypatch):
+  declared = settings.specs(RunSettings)["checkpoint_max_share"].default
+  assert 0 < declared <= 0.05  # the bound: saves cost under 5% of a run by default
+  assert engine.Checkpointing("x").max_share == declared
+  seen = []
+  real = engine.run
+
+  def spy(*args, checkpoint=None, **kw):
+    seen.append(checkpoint.max_share)
+    return real(*args, checkpoint=checkpoint, **kw)
+
+  monkeypatch.setattr(engine, "run", spy)
+  common = dict(algo="fedavg", dataset="synthetic", num_clients=8, clients_per_round=2,
+                rounds=2, eval_every=1, seeds=[0], progress=False)
+  fedjax_bench.run(**common, output_dir=str(tmp_path / "a"))
+  fedjax_bench.run(**common, output_dir=str(tmp_path / "b"), checkpoint_max_share=0.5)
+  assert seen == [declared, 0.5]

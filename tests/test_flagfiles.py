@@ -28,7 +28,7 @@ before = json.load(open("tests/data/flagfile_configs.json"))
 def norm(value):
   return tuple(str(v) for v in value) if isinstance(value, (list, tuple)) else value
 
-NEW = ("tensorboard", "compile_cache")  # settings added since the configurations were recorded
+NEW = ("tensorboard", "compile_cache", "checkpoint_max_share")  # settings added since the configurations were recorded
 
 def compare(key, cfg, grid, exp):
   old = before["combinations"].get(key)
