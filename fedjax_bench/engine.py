@@ -27,6 +27,10 @@ from fedjax_bench.core.types import (FederatedAlgorithm, count_name, is_count,
 from fedjax_bench.errors import UsageError
 from fedjax_bench.results import History
 
+# Whether `run` shards client states over the mesh's "clients" axis (False: replicated on
+# every device of that axis, as before; benchmarks/sharded_state.py compares the two).
+SHARD_CLIENT_STATE = True
+
 # build(hp) -> FederatedAlgorithm; with per-run data (`run(..., run_data=)`),
 # build(hp, one run's RunData).
 Builder = Callable[..., FederatedAlgorithm]
@@ -237,7 +241,7 @@ def run(build: Builder, task: Task, hparams: dict, *, seeds: list[int], rounds: 
   # The client states are sharded over the mesh's "clients" axis (their population N
   # comes from the shapes of an unsharded init).
   whole = jax.eval_shape(over_runs(init_one, sharding, init=True), swept, seed_keys, *extra)
-  num_clients = client_count(whole[1])
+  num_clients = client_count(whole[1]) if SHARD_CLIENT_STATE else None
   specs = state_specs(num_clients)
   shard = lambda tree: jax.tree.map(lambda p: NamedSharding(sharding.mesh, p), tree)
   state_sharding = shard(specs)

@@ -16,7 +16,7 @@ def device_bytes() -> int:
   $FEDJAX_BENCH_DEVICE_BYTES overrides both (a shared device, a test)."""
   if os.environ.get("FEDJAX_BENCH_DEVICE_BYTES"):
     return int(float(os.environ["FEDJAX_BENCH_DEVICE_BYTES"]))
-  device = jax.devices()[0]
+  device = jax.local_devices()[0]  # jax.devices()[0] belongs to process 0 (--distributed)
   stats = device.memory_stats() if hasattr(device, "memory_stats") else None
   if stats and stats.get("bytes_limit"):
     return int(stats["bytes_limit"])
