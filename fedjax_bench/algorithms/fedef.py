@@ -83,7 +83,9 @@ def build(task, world, hp: Hparams, *, server_opt: str | None = None,
   up_bits, dense_bits = up.bits(shapes), compression.dense_bits(shapes)
   down_bits = down.bits(shapes) if down else dense_bits
   if ef:
-    memory.check_fits(cohort_lib.rows_here(n) * d * 4, f"the error-feedback state ({n} clients x {d} parameters)",
+    # One device's rows: the engine shards client states over the devices runs leave over.
+    memory.check_fits(cohort_lib.rows_here(n) * d * 4,
+                      f"the error-feedback state ({n} clients x {d} parameters)",
                       "use fewer clients or a smaller model, or shard the runs over more "
                       "devices")
 
