@@ -28,6 +28,10 @@ from fedjax_bench.core.types import (FederatedAlgorithm, count_name, is_count,
 from fedjax_bench.errors import UsageError
 from fedjax_bench.results import History
 
+# Whether `run` shards client states over the mesh's "clients" axis (False: replicated on
+# every device of that axis, as before; benchmarks/sharded_state.py compares the two).
+SHARD_CLIENT_STATE = True
+
 # build(hp) -> FederatedAlgorithm; with per-run data (`run(..., run_data=)`),
 # build(hp, one run's RunData).
 Builder = Callable[..., FederatedAlgorithm]
@@ -106,30 +110,67 @@ def _reduce_block(metrics: dict) -> dict:
   return out
 
 
-def over_runs(fn: Callable, sharding: NamedSharding) -> Callable:
+def over_runs(fn: Callable, sharding: NamedSharding, in_specs=None, out_specs=None,
+              num_clients: Optional[int] = None, init: bool = False) -> Callable:
   """Maps `fn` over the leading run axis, each device mapping its own runs.
 
   Devices along the mesh's "clients" axis hold the same runs and split each
-  cohort's local training between them (`cohort.map_clients`); everything else
-  they compute redundantly, so their copies of the state stay identical.
+  cohort's local training between them (`cohort.map_clients`). With `num_clients`,
+  the client states are sharded over that axis too (`in_specs`/`out_specs` give
+  them PartitionSpec("runs", "clients"), `state_specs`): each device holds its rows
+  and `cohort.gather`/`scatter`/`population_*` exchange only what a round needs.
+  Everything else they compute redundantly, so their copies of it stay identical.
+  `init`: `fn` returns (server, clients, ...) with whole populations (built outside
+  the sharded context), and each device keeps its own rows of the clients.
 
   A device holding one run calls `fn` on it directly instead of vmapping over a
   size-1 axis: XLA:CPU lowers some dots with a degenerate batch dimension to
   kernels that round differently.
   """
   clients = sharding.mesh.shape["clients"]
+  spec = PartitionSpec("runs")
+  in_specs = spec if in_specs is None else in_specs
+  out_specs = spec if out_specs is None else out_specs
+
+  def one(*args):
+    if init:
+      with cohort.sharded_over("clients", clients):  # whole populations, not yet sharded
+        out = fn(*args)
+      if num_clients is not None and clients > 1:
+        out = (out[0], cohort.own_rows(out[1], "clients", clients)) + tuple(out[2:])
+      return out
+    return fn(*args)
 
   def local(*args):
-    with cohort.sharded_over("clients", clients):
+    with cohort.sharded_over("clients", clients, num_clients):
       if jax.tree.leaves(args)[0].shape[0] == 1:
-        out = fn(*jax.tree.map(lambda a: a[0], args))
+        out = one(*jax.tree.map(lambda a: a[0], args))
         return jax.tree.map(lambda a: a[None], out)
-      return jax.vmap(fn)(*args)
+      return jax.vmap(one)(*args)
 
-  spec = PartitionSpec("runs")
   # check_vma=False: algorithm code need not annotate which values vary across runs.
-  return jax.shard_map(local, mesh=sharding.mesh, in_specs=spec, out_specs=spec,
+  return jax.shard_map(local, mesh=sharding.mesh, in_specs=in_specs, out_specs=out_specs,
                        check_vma=False)
+
+
+def state_specs(num_clients: Optional[int]):
+  """PartitionSpecs of a state (server, clients, t, diverged): the client states sharded
+  over the mesh's "clients" axis (when there are any), the rest over runs only."""
+  runs = PartitionSpec("runs")
+  return (runs, PartitionSpec("runs", "clients") if num_clients else runs, runs, runs)
+
+
+def client_count(client_shapes) -> Optional[int]:
+  """The population N of run-first client states ([runs, N, ...] leaves); None without
+  any. Every leaf must have the client axis first (the contract, `core/types.py`)."""
+  sizes = {leaf.shape[1] if len(leaf.shape) > 1 else None
+           for leaf in jax.tree.leaves(client_shapes)}
+  if not sizes:
+    return None
+  if len(sizes) != 1 or None in sizes:
+    raise UsageError(f"every leaf of an algorithm's client states must have the client axis "
+                     f"first, of one length; got leading sizes {sorted(map(str, sizes))}")
+  return sizes.pop()
 
 
 def run_sharding(num_runs: int, devices=None) -> NamedSharding:
@@ -202,27 +243,42 @@ def run(build: Builder, task: Task, hparams: dict, *, seeds: list[int], rounds: 
 
   compile_seconds = 0.0
 
-  def compiled(fn, *args):
+  def compiled(fn, out_shardings, *args):
     nonlocal compile_seconds
     t0 = time.perf_counter()
-    exe = jax.jit(fn, out_shardings=sharding).lower(*args).compile()
+    exe = jax.jit(fn, out_shardings=out_shardings).lower(*args).compile()
     compile_seconds += time.perf_counter() - t0
     return exe
 
-  init_exe = compiled(over_runs(init_one, sharding), swept, seed_keys, *extra)
+  # The client states are sharded over the mesh's "clients" axis (their population N
+  # comes from the shapes of an unsharded init).
+  whole = jax.eval_shape(over_runs(init_one, sharding, init=True), swept, seed_keys, *extra)
+  num_clients = client_count(whole[1]) if SHARD_CLIENT_STATE else None
+  specs = state_specs(num_clients)
+  shard = lambda tree: jax.tree.map(lambda p: NamedSharding(sharding.mesh, p), tree)
+  state_sharding = shard(specs)
+  runs_in = lambda *rest: (PartitionSpec("runs"),) * 2 + rest
+  init_exe = compiled(over_runs(init_one, sharding, out_specs=specs, num_clients=num_clients,
+                                init=True), state_sharding, swept, seed_keys, *extra)
   state = init_exe(swept, seed_keys, *extra)
-  eval_exe = compiled(over_runs(eval_one, sharding), swept, state, *extra)
+  eval_exe = compiled(
+      over_runs(eval_one, sharding, in_specs=(PartitionSpec("runs"), specs)
+                + (PartitionSpec("runs"),) * len(extra), num_clients=num_clients),
+      sharding, swept, state, *extra)
   block_exes = {}
 
   def block_exe(length):
     if length not in block_exes:
-      fn = over_runs(lambda hp, k, s, *data: block_one(hp, k, s, length, *data), sharding)
-      block_exes[length] = compiled(fn, swept, seed_keys, state, *extra)
+      fn = over_runs(lambda hp, k, s, *data: block_one(hp, k, s, length, *data), sharding,
+                     in_specs=runs_in(specs, *(PartitionSpec("runs"),) * len(extra)),
+                     out_specs=(specs, PartitionSpec("runs")), num_clients=num_clients)
+      block_exes[length] = compiled(fn, (state_sharding, sharding), swept, seed_keys, state,
+                                    *extra)
     return block_exes[length]
 
   resumed = None
   if checkpoint is not None and checkpoint.resume and os.path.exists(checkpoint.path):
-    resumed = _restore(checkpoint, state, sharding)
+    resumed = _restore(checkpoint, state, state_sharding, num_clients)
   # Per run, 0 or the round from which it diverged: its parameters (checked every round
   # on the device, state[3]) or its evaluated losses (checked here) were not finite.
   if resumed is None:
@@ -253,7 +309,8 @@ def run(build: Builder, task: Task, hparams: dict, *, seeds: list[int], rounds: 
     if (checkpoint is not None and (len(records) - 1) % max(checkpoint.every, 1) == 0
         and _save_affordable(checkpoint, last_save)):
       t_save = time.perf_counter()
-      _save(checkpoint, state, records, eval_rounds, run_seconds, diverged, seeds, grid)
+      _save(checkpoint, state, records, eval_rounds, run_seconds, diverged, seeds, grid,
+            num_clients)
       last_save = (time.perf_counter(), time.perf_counter() - t_save)
     if on_eval is not None:
       rps = (done - start_done) / max(run_seconds - start_seconds, 1e-9)
@@ -264,7 +321,7 @@ def run(build: Builder, task: Task, hparams: dict, *, seeds: list[int], rounds: 
   history = _history(eval_rounds, records, seeds, grid)
   timing = {"rounds_per_second": done / max(run_seconds, 1e-9),
             "wall_seconds": wall_seconds, "compile_seconds": compile_seconds}
-  return RunOutput(history, timing, state[:3],
+  return RunOutput(history, timing, _unpadded(state[:3], num_clients),
                    np.asarray(diverged).reshape(len(grid), num_seeds))
 
 
@@ -342,8 +399,11 @@ def _save_affordable(checkpoint: Checkpointing, last_save) -> bool:
 
 
 def _save(checkpoint: Checkpointing, state, records, eval_rounds, run_seconds, diverged,
-          seeds, grid) -> None:
-  leaves = [np.asarray(leaf) for leaf in _fetch(jax.tree.leaves(state))]
+          seeds, grid, num_clients=None) -> None:
+  # The client states without the padding of their sharding: a checkpoint does not
+  # depend on the number of devices.
+  host = _unpadded(tuple(_fetch(tuple(state))), num_clients)
+  leaves = [np.asarray(leaf) for leaf in jax.tree.leaves(host)]
   if jax.process_index() != 0:
     return
   checkpoint_lib.save(checkpoint.path, leaves=leaves, records=records,
@@ -354,30 +414,54 @@ def _save(checkpoint: Checkpointing, state, records, eval_rounds, run_seconds, d
     checkpoint.on_save(_history(eval_rounds, records, seeds, grid))
 
 
-def _restore(checkpoint: Checkpointing, state, sharding):
+def _restore(checkpoint: Checkpointing, state, shardings, num_clients=None):
   """(state, eval_rounds, records, run_seconds, diverged) from the checkpoint file, checked against
   the configuration and against the shapes of a freshly initialized state."""
   path = checkpoint.path
   leaves, records, eval_rounds, meta = checkpoint_lib.load(path)
   checkpoint_lib.check_matches(path, meta, checkpoint.fingerprint)
-  fresh, treedef = jax.tree.flatten(state)
+  shapes = jax.eval_shape(lambda s: _unpadded(s, num_clients), tuple(state))
+  fresh, treedef = jax.tree.flatten(shapes)
   if len(leaves) != len(fresh) or any(
       a.shape != b.shape or a.dtype != b.dtype for a, b in zip(leaves, fresh)):
     raise UsageError(f"checkpoint {path} does not hold this run's state "
                      "(its arrays have other shapes); delete it to start over")
-  state = _put(jax.tree.unflatten(treedef, leaves), sharding)
+  host = jax.tree.unflatten(treedef, leaves)
+  padded = jax.tree.map(lambda a, like: _pad_to(np.asarray(a), like.shape[1]),
+                        host[1], state[1])
+  state = _put((host[0], padded) + tuple(host[2:]), shardings)
   diverged = np.asarray(meta["diverged"], np.int32)
   return state, list(eval_rounds), records, float(meta["run_seconds"]), diverged
 
 
-def _put(tree, sharding: NamedSharding):
-  """Host arrays onto the run mesh. With several processes (`jax.distributed`), every
-  process holds the same host values and contributes the shards of its own devices."""
+def _unpadded(state, num_clients):
+  """A state (server, clients, ...) with its client leaves ([runs, N padded, ...]) cut
+  back to the N clients."""
+  if num_clients is None:
+    return state
+  clients = jax.tree.map(lambda a: a[:, :num_clients] if a.shape[1] != num_clients else a,
+                         state[1])
+  return (state[0], clients) + tuple(state[2:])
+
+
+def _pad_to(a: np.ndarray, rows: int) -> np.ndarray:
+  """Zero client rows appended up to ``rows`` (the sharding's padding, as `cohort.own_rows`)."""
+  pad = [(0, 0), (0, rows - a.shape[1])] + [(0, 0)] * (a.ndim - 2)
+  return np.pad(a, pad) if rows > a.shape[1] else a
+
+
+def _put(tree, sharding):
+  """Host arrays onto the run mesh, by one sharding or a tree of them (a prefix of
+  ``tree``). With several processes (`jax.distributed`), every process holds the same
+  host values and contributes the shards of its own devices."""
   if jax.process_count() == 1:
     return jax.device_put(tree, sharding)
-  return jax.tree.map(
-      lambda a: jax.make_array_from_callback(np.shape(a), sharding,
-                                             lambda idx, a=a: np.asarray(a)[idx]), tree)
+  put = lambda s, sub: jax.tree.map(
+      lambda a: jax.make_array_from_callback(np.shape(a), s,
+                                             lambda idx, a=a: np.asarray(a)[idx]), sub)
+  if isinstance(sharding, NamedSharding):
+    return put(sharding, tree)
+  return jax.tree.map(put, sharding, tree, is_leaf=lambda x: isinstance(x, NamedSharding))
 
 
 def _fetch(tree):

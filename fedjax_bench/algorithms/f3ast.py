@@ -56,11 +56,11 @@ def build(task, world: World, hp: Hparams) -> FederatedAlgorithm:
 
   def round_fn(server, rates, key):
     mask, world_state = world.observe(key, server.round, server.world)
-    selected = select(mask, rates, budget)
+    selected = select(mask, cohort_lib.population(rates) if budget > 0 else rates, budget)
     c = cohort_lib.from_mask(selected, cap)
     deltas, losses = rounds.train(task, world, hp, server.params, c, key, server.round)
-    rates = (1 - beta) * rates + beta * rounds.participated(c, m).astype(jnp.float32)
-    inv = jnp.where(c.valid, 1.0 / rates[c.ids], 0.0)
+    rates = (1 - beta) * rates + beta * cohort_lib.members(rates, c).astype(jnp.float32)
+    inv = jnp.where(c.valid, 1.0 / cohort_lib.gather(rates, c), 0.0)
     if variant == "literal":
       delta = aggregate.scaled_sum(deltas, inv / m, jnp.maximum(jnp.sum(c.valid), 1))
     elif variant == "selfnorm":

@@ -16,7 +16,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from fedjax_bench.core import aggregate, rounds
+from fedjax_bench.core import aggregate, cohort as cohort_lib, rounds
 from fedjax_bench.core.types import FederatedAlgorithm
 from fedjax_bench.settings import POSITIVE, coerce, section, setting
 
@@ -58,13 +58,13 @@ def build(task, world, hp: Hparams) -> FederatedAlgorithm:
 
   def round_fn(server, clients: Intervals, key):
     mask, c, world_state = rounds.observe(world, server, key)
-    omega = weights(clients)[c.ids]
+    omega = weights(cohort_lib.gather(clients, c))
     total, losses = rounds.train(task, world, hp, server.params, c, key, server.round,
                                  sum_weights=jnp.where(c.valid, omega, 0.0))
     delta = aggregate.divided(total, m)
     server = rounds.apply_update(sopt, server, delta, world_state, skip=~jnp.any(c.valid))
-    clients = record(clients, rounds.participated(c, m), cutoff)
+    clients = record(clients, cohort_lib.members(clients.absent, c), cutoff)
     return server, clients, {**rounds.metrics(mask, c, losses),
-                             "mean_omega": jnp.mean(weights(clients))}
+                             "mean_omega": cohort_lib.population_mean(weights(clients))}
 
   return FederatedAlgorithm(init, round_fn)

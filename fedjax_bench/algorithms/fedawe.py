@@ -68,7 +68,7 @@ def build(task, world, hp: Hparams) -> FederatedAlgorithm:
     start = cohort_lib.gather(clients.params, c)
     deltas, losses = rounds.train(task, world, hp, start, c, key, server.round,
                                   per_client_start=True)
-    echo = clients.since_last[c.ids].astype(jnp.float32)
+    echo = cohort_lib.gather(clients.since_last, c).astype(jnp.float32)
     num_active = jnp.maximum(jnp.sum(c.valid), 1)
     echo = jnp.where(c.valid, echo, 0.0)
     step = aggregate.scaled_sum(deltas, echo, num_active)
@@ -79,7 +79,7 @@ def build(task, world, hp: Hparams) -> FederatedAlgorithm:
     anyone = jnp.any(c.valid)
     params = jax.tree.map(lambda n, o: jnp.where(anyone, n, o), new, server.params)
     broadcast = jax.tree.map(lambda a: jnp.broadcast_to(a, (c.ids.shape[0],) + a.shape), params)
-    active = rounds.participated(c, m)
+    active = cohort_lib.members(clients.since_last, c)
     clients = Clients(cohort_lib.scatter(clients.params, c, broadcast),
                       jnp.where(active, 1, clients.since_last + 1))
     server = server._replace(params=params, round=server.round + 1, world=world_state)
@@ -90,6 +90,6 @@ def build(task, world, hp: Hparams) -> FederatedAlgorithm:
   def eval_params(server, clients: Clients):
     if evaluate == "server":
       return server.params
-    return jax.tree.map(lambda a: jnp.mean(a, axis=0), clients.params)
+    return cohort_lib.population_mean(clients.params)
 
   return FederatedAlgorithm(init, round_fn, eval_params)

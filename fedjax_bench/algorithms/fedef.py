@@ -83,7 +83,9 @@ def build(task, world, hp: Hparams, *, server_opt: str | None = None,
   up_bits, dense_bits = up.bits(shapes), compression.dense_bits(shapes)
   down_bits = down.bits(shapes) if down else dense_bits
   if ef:
-    memory.check_fits(n * d * 4, f"the error-feedback state ({n} clients x {d} parameters)",
+    # One device's rows: the engine shards client states over the devices runs leave over.
+    memory.check_fits(cohort_lib.rows_here(n) * d * 4,
+                      f"the error-feedback state ({n} clients x {d} parameters)",
                       "use fewer clients or a smaller model, or shard the runs over more "
                       "devices")
 
@@ -103,7 +105,7 @@ def build(task, world, hp: Hparams, *, server_opt: str | None = None,
     if ef:
       err = cohort_lib.gather(clients.error, c)
       if restart_after > 0:
-        last = clients.last[c.ids]
+        last = cohort_lib.gather(clients.last, c)
         stale = (t >= restart_from) & (last >= 0) & (last < t - restart_after)
         err = jax.tree.map(lambda e: jnp.where(_rows(stale, e), 0.0, e), err)
       sent_in = jax.tree.map(jnp.add, grads, err)
@@ -111,7 +113,7 @@ def build(task, world, hp: Hparams, *, server_opt: str | None = None,
       sent_in = grads
     ckeys = keys.per_client(keys.for_purpose(key, "compression"), c.ids)
     sent = jax.vmap(up.apply)(ckeys, sent_in)
-    active = rounds.participated(c, n)
+    active = cohort_lib.members(clients.last, c)
     error = clients.error
     if ef:
       error = cohort_lib.scatter(error, c, jax.tree.map(jnp.subtract, sent_in, sent))

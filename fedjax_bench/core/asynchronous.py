@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from fedjax_bench.core import keys, local
+from fedjax_bench.core import cohort, keys, local
 from fedjax_bench.core.types import FederatedAlgorithm, with_count
 from fedjax_bench.core.local import LocalTraining
 from fedjax_bench.errors import UsageError
@@ -109,12 +109,11 @@ class Pending(NamedTuple):
 
 
 def read(clients: "Clients", i) -> "Clients":
-  return jax.tree.map(lambda a: jax.lax.dynamic_index_in_dim(a, i, keepdims=False), clients)
+  return cohort.read_row(clients, i)
 
 
 def write(clients: "Clients", pending: Pending) -> "Clients":
-  return jax.tree.map(lambda a, r: jax.lax.dynamic_update_index_in_dim(a, r, pending.index, 0),
-                      clients, pending.rows)
+  return cohort.write_row(clients, pending.index, pending.rows)
 
 
 def settled(server: "Server", clients: "Clients") -> "Clients":

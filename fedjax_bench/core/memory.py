@@ -16,7 +16,7 @@ def device_bytes() -> int:
   $FEDJAX_BENCH_DEVICE_BYTES overrides both (a shared device, a test)."""
   if os.environ.get("FEDJAX_BENCH_DEVICE_BYTES"):
     return int(float(os.environ["FEDJAX_BENCH_DEVICE_BYTES"]))
-  device = jax.devices()[0]
+  device = jax.local_devices()[0]  # jax.devices()[0] belongs to process 0 (--distributed)
   stats = device.memory_stats() if hasattr(device, "memory_stats") else None
   if stats and stats.get("bytes_limit"):
     return int(stats["bytes_limit"])
@@ -43,21 +43,30 @@ def estimate(build, task, hparams: dict, world, num_runs: int, num_devices: int,
     replicated on every device;
   * ``state_per_run``: the server and client states (`init`), which the engine keeps for
     every run (seed x grid point) on the device that owns it, and with --data_per_seed
-    the run's own index maps and world arrays (``run_data``, `core/run_data.py`);
+    the run's own index maps and world arrays (``run_data``, `core/run_data.py`). The
+    client states count only the rows one device holds: the engine shards them over the
+    devices that runs leave over (``client_devices``, `engine.run_sharding`), ceil(N / d)
+    rows each (``client_state_per_run``);
   * ``round_per_run``: the round's working set: the cohort's deltas (cap x parameters)
     and, for the clients trained at once, parameters, optimizer state, gradients and a
     minibatch, all as float32, and the minibatches and positions read ahead of local
     training (each at most `local.GATHER_BUDGET`); an estimate, not a measurement of
     XLA's buffers.
   """
-  alg = build(hparams)
-  server, clients = jax.eval_shape(alg.init, jax.random.PRNGKey(0))
+  from fedjax_bench.core import cohort, local
+  run_devices = max(k for k in range(1, num_devices + 1) if num_runs % k == 0)
+  runs_here = num_runs // run_devices
+  client_devices = num_devices // run_devices
+  # Built as the engine builds it, under the mesh axis that its client states are split
+  # over (a build's own check of its client state then counts one device's rows).
+  with cohort.sharded_over("clients", client_devices):
+    alg = build(hparams)
+    server, clients = jax.eval_shape(alg.init, jax.random.PRNGKey(0))
   params = tree_bytes(server.params)
   arrays = [task.x, task.y, task.test_x, task.test_y, task.train_eval_x,
             task.train_eval_y, task.offsets, task.counts]
   data = tree_bytes(list({id(a): a for a in arrays}.values()))  # a view's x is train_eval_x
   cap = world.participation.cap
-  from fedjax_bench.core import cohort, local
   width = cohort.resolve_width(hparams.client_width) or cap
   example = math.prod(task.feature_shape) * 4
   spec = local.LocalSpec(world.max_steps, hparams.batch_size)
@@ -65,13 +74,16 @@ def estimate(build, task, hparams: dict, world, num_runs: int, num_devices: int,
            + min(local.GATHER_BUDGET, local.positions_bytes(cap, spec)))
   working = 2 * cap * params + min(width, cap) * (4 * params
                                                   + hparams.batch_size * example) + ahead
-  runs_here = num_runs // max(k for k in range(1, num_devices + 1) if num_runs % k == 0)
-  state = tree_bytes((server, clients))
+  client_state = sum(
+      cohort.rows_per_device(a.shape[0], client_devices) * math.prod(a.shape[1:])
+      * jnp.dtype(a.dtype).itemsize for a in jax.tree.leaves(clients))
+  state = tree_bytes(server) + client_state
   if run_data is not None:
     from fedjax_bench.core import run_data as run_data_lib
     state += run_data_lib.nbytes_per_run(run_data)
   return {"data": data, "state_per_run": state, "round_per_run": working,
           "runs_per_device": runs_here, "params": params,
+          "client_state_per_run": client_state, "client_devices": client_devices,
           "total": data + runs_here * (state + working)}
 
 
