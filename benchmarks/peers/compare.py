@@ -10,7 +10,7 @@ batch 10, 10 local steps) with m = 1, 10, 100, 1000 clients drawn uniformly each
 from a population of N = 100 (N = 1000 for m = 1000): FedJAX's UniformGetClientSampler
 against our --participation=uniform. The two sides' repeats alternate (FedJAX runs in a
 subprocess that does one repeat per line it reads), so both see the same machine load;
-writes results/speed/peers/cohorts.json and cohorts.md.
+writes results/speed/peers/cohorts.json; peers.md shows both tables.
 
 Sets up FedJAX's own virtual environment the first time (Python 3.11 with jax 0.4.30,
 jaxlib 0.4.30, dm-haiku 0.0.12, optax 0.2.2, chex 0.1.86, numpy<2.1, fedjax 0.0.17: they
@@ -137,13 +137,12 @@ def main_cohorts(python: str, names: list[str]):
     os.makedirs(FLAGS.peers_dir, exist_ok=True)
     results.atomic_write_json(os.path.join(FLAGS.peers_dir, "cohorts.json"),
                               {"environment": env, "results": rows})
-    text = cohorts_markdown(rows, env)
-    results.atomic_write_text(os.path.join(FLAGS.peers_dir, "cohorts.md"), text)
+    text = write_markdown()
   print(text)
 
 
 def cohorts_markdown(rows, env) -> str:
-  lines = ["# FedAvg against FedJAX 0.0.17 over cohort sizes", "",
+  lines = ["## Over cohort sizes (`--workloads=cohorts`)", "",
            "W1 (logistic regression, batch 10, 10 local SGD steps at lr 0.1, MNIST-shaped "
            "random data, 600 examples per client), m clients drawn uniformly without "
            "replacement from N each round: FedJAX's `UniformGetClientSampler` and "
@@ -200,7 +199,20 @@ def write(rows, env, theirs) -> str:
   os.makedirs(FLAGS.peers_dir, exist_ok=True)
   results.atomic_write_json(os.path.join(FLAGS.peers_dir, "peers.json"),
                             {"environment": env, "results": rows})
-  text = markdown(rows, env)
+  return write_markdown()
+
+
+def write_markdown() -> str:
+  """peers.md from peers.json (W1-W3) and cohorts.json (cohort sizes), whichever exist, so
+  rerunning either part keeps the other's table."""
+  parts = []
+  for name, render in (("peers.json", markdown), ("cohorts.json", cohorts_markdown)):
+    path = os.path.join(FLAGS.peers_dir, name)
+    if os.path.exists(path):
+      with open(path) as f:
+        saved = json.load(f)
+      parts.append(render(saved["results"], saved["environment"]))
+  text = "\n".join(parts)
   results.atomic_write_text(os.path.join(FLAGS.peers_dir, "peers.md"), text)
   return text
 
