@@ -97,14 +97,19 @@ def client_steps_per_second(rounds: int, seconds: float, clients: int = NUM_CLIE
 
 def time_vectorized(task: task_lib.Task, sampling: str, rounds: int, repeats: int,
                     seed: int, batch: int,
-                    between: Optional[Callable[[], None]] = None) -> dict:
+                    between: Optional[Callable[[], None]] = None,
+                    clients_per_round: int = 0) -> dict:
   """Seconds of each block of `rounds` rounds (one evaluation each), and compile time.
 
   One untimed warm-up block runs first. `between` runs after each timed block, outside
   the engine's timed region, so the loop baseline can share the same machine load.
+  `clients_per_round` m > 0: m of the population uniformly each round (the command
+  line's --participation=uniform); 0: every client.
   """
-  world = world_lib.make(participation.full(task.num_clients),
-                         np.full(task.num_clients, LOCAL_STEPS, np.int32))
+  n = task.num_clients
+  scheme = (participation.uniform(n, clients_per_round) if clients_per_round
+            else participation.full(n))
+  world = world_lib.make(scheme, np.full(n, LOCAL_STEPS, np.int32))
   hp = {"client_lr": CLIENT_LR, "server_lr": 1.0, "batch_size": batch,
         "sampling": sampling, "weighting": "uniform", "server_opt": "sgd",
         "client_width": FLAGS.client_width}

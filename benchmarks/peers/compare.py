@@ -1,7 +1,16 @@
-"""Our FedAvg against FedJAX 0.0.17 on W1-W3, side by side in one invocation.
+"""Our FedAvg against FedJAX 0.0.17 on W1-W3 and over cohort sizes, side by side in one
+invocation.
 
   python benchmarks/peers/compare.py [--workloads=w1,w2,w3] [--repeats=3] [--rounds=0]
                                      [--venv=~/.cache/fedjax_bench/fedjax_venv]
+  python benchmarks/peers/compare.py --workloads=cohorts [--repeats=5]   (a few minutes)
+
+`--workloads=cohorts` (or any of c1, c10, c100, c1000) times W1 (logistic regression,
+batch 10, 10 local steps) with m = 1, 10, 100, 1000 clients drawn uniformly each round
+from a population of N = 100 (N = 1000 for m = 1000): FedJAX's UniformGetClientSampler
+against our --participation=uniform. The two sides' repeats alternate (FedJAX runs in a
+subprocess that does one repeat per line it reads), so both see the same machine load;
+writes results/speed/peers/cohorts.json; peers.md shows both tables.
 
 Sets up FedJAX's own virtual environment the first time (Python 3.11 with jax 0.4.30,
 jaxlib 0.4.30, dm-haiku 0.0.12, optax 0.2.2, chex 0.1.86, numpy<2.1, fedjax 0.0.17: they
@@ -30,8 +39,12 @@ flags.DEFINE_string("venv", os.path.expanduser("~/.cache/fedjax_bench/fedjax_ven
 flags.DEFINE_string("peers_dir", "results/speed/peers", "Where peers.json and peers.md go.")
 PINS = ["jax==0.4.30", "jaxlib==0.4.30", "dm-haiku==0.0.12", "optax==0.2.2", "chex==0.1.86",
         "numpy<2.1", "fedjax==0.0.17"]
-TARGETS = {"w1": 10.0, "w2": 2.5}
+TARGETS = {"w1": 10.0, "w2": 2.5, "c10": 10.0}
 PEER_WORKLOADS = ("w1", "w2", "w3")
+# name -> (clients per round m, population N, our rounds per repeat: about 0.3 s on a
+# 2-core CPU; FedJAX's are fedjax_workloads.COHORTS's)
+COHORTS = {"c1": (1, 100, 1000), "c10": (10, 100, 300), "c100": (100, 100, 30),
+           "c1000": (1000, 1000, 5)}
 
 
 def ensure_venv(venv: str) -> str:
@@ -71,8 +84,95 @@ def ours(name: str, rounds: int, repeats: int, seed: int) -> dict:
               task.init_params(__import__("jax").random.PRNGKey(0)))))}
 
 
+def cohort(python: str, name: str, repeats: int, seed: int) -> dict:
+  """One cohort size, our timed blocks and FedJAX's repeats alternating."""
+  m, n, rounds = COHORTS[name]
+  cmd = [python, os.path.join(HERE, "fedjax_workloads.py"), f"--workloads={name}",
+         "--interleave", f"--seed={seed}"]
+  env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "PYTHONPATH")}
+  proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                          env=env)
+
+  def reply():
+    for line in proc.stdout:
+      if line.startswith("{"):
+        return json.loads(line)
+    raise SystemExit(f"error: the FedJAX side of {name} failed (exit {proc.wait()})")
+
+  reply()  # {"ready": name}: data built, first round compiled
+
+  def theirs_once():
+    proc.stdin.write("go\n")
+    proc.stdin.flush()
+    reply()
+
+  task = speed.make_task(speed.make_dataset(seed, n), "logreg")
+  t = speed.time_vectorized(task, "shuffle", rounds, repeats, seed, speed.WORKLOADS["w1"][1],
+                            between=theirs_once, clients_per_round=m)
+  proc.stdin.close()
+  theirs = reply()
+  proc.wait()
+  mine = {**speed.summarize(t, rounds, m), "rounds_per_repeat": rounds,
+          "clients_per_round": m, "population": n, "participation": "uniform"}
+  ratio = mine["client_steps_per_second"] / theirs["client_steps_per_second"]
+  target = TARGETS.get(name)
+  return {"workload": name, "clients_per_round": m, "population": n, "ours": mine,
+          "fedjax": theirs, "ratio": ratio, "target": target,
+          "met": None if target is None else bool(ratio >= target),
+          "loadavg": os.getloadavg()}
+
+
+def main_cohorts(python: str, names: list[str]):
+  env = {**results.environment_info(), "cpu_count": os.cpu_count(),
+         "cpu_model": speed.cpu_model(), "loadavg_before": os.getloadavg()}
+  rows = []
+  for name in names:
+    print(f"[{name}] ours and FedJAX, repeats alternating ...", flush=True)
+    rows.append(cohort(python, name, FLAGS.repeats, FLAGS.seed))
+    r = rows[-1]
+    print(f"[{name}] ours {r['ours']['client_steps_per_second']:,.0f} vs FedJAX "
+          f"{r['fedjax']['client_steps_per_second']:,.0f} client-steps/s: {r['ratio']:.1f}x "
+          f"(load {r['loadavg'][0]:.2f})", flush=True)
+    env = {**env, "loadavg_after": os.getloadavg(), "fedjax_jax": r["fedjax"]["jax"]}
+    os.makedirs(FLAGS.peers_dir, exist_ok=True)
+    results.atomic_write_json(os.path.join(FLAGS.peers_dir, "cohorts.json"),
+                              {"environment": env, "results": rows})
+    text = write_markdown()
+  print(text)
+
+
+def cohorts_markdown(rows, env) -> str:
+  lines = ["## Over cohort sizes (`--workloads=cohorts`)", "",
+           "W1 (logistic regression, batch 10, 10 local SGD steps at lr 0.1, MNIST-shaped "
+           "random data, 600 examples per client), m clients drawn uniformly without "
+           "replacement from N each round: FedJAX's `UniformGetClientSampler` and "
+           "`fed_avg.federated_averaging` (its default client loop), ours with "
+           "`--participation=uniform` and shuffled epochs. The two sides' repeats "
+           "alternate; client-steps per second, median over repeats, compilation "
+           "excluded. Our repeats include one evaluation each (1,000 test + 1,000 train "
+           "examples); FedJAX's none.", "",
+           "| m of N | ours | FedJAX | ratio | target | met? | load |",
+           "|---|---:|---:|---:|---:|:---:|---:|"]
+  for r in rows:
+    target = "—" if r["target"] is None else f">= {r['target']:g}x"
+    met = "—" if r["met"] is None else ("yes" if r["met"] else "no")
+    lines.append(f"| {r['clients_per_round']:,} of {r['population']:,} | "
+                 f"{r['ours']['client_steps_per_second']:,.0f} | "
+                 f"{r['fedjax']['client_steps_per_second']:,.0f} | {r['ratio']:.1f}x | "
+                 f"{target} | {met} | {r['loadavg'][0]:.2f} |")
+  lines += ["", f"Machine: {env['cpu_count']} CPUs ({env['cpu_model']}); ours jax {env['jax']} "
+            f"on {env['devices']}; FedJAX on jax {env['fedjax_jax']} (one CPU device); "
+            f"1-minute load average {env['loadavg_before'][0]:.2f} before, "
+            f"{env['loadavg_after'][0]:.2f} after (the load column: after each row).", ""]
+  return "\n".join(lines)
+
+
 def main(argv):
   del argv
+  names = [c for w in FLAGS.workloads for c in (COHORTS if w == "cohorts" else [w])
+           if c in COHORTS]
+  if names:
+    return main_cohorts(ensure_venv(FLAGS.venv), names)
   workloads = [w for w in FLAGS.workloads if w in PEER_WORKLOADS] or list(PEER_WORKLOADS)
   env = {**results.environment_info(), "cpu_count": os.cpu_count(),
          "cpu_model": speed.cpu_model(), "loadavg_before": os.getloadavg()}
@@ -99,7 +199,20 @@ def write(rows, env, theirs) -> str:
   os.makedirs(FLAGS.peers_dir, exist_ok=True)
   results.atomic_write_json(os.path.join(FLAGS.peers_dir, "peers.json"),
                             {"environment": env, "results": rows})
-  text = markdown(rows, env)
+  return write_markdown()
+
+
+def write_markdown() -> str:
+  """peers.md from peers.json (W1-W3) and cohorts.json (cohort sizes), whichever exist, so
+  rerunning either part keeps the other's table."""
+  parts = []
+  for name, render in (("peers.json", markdown), ("cohorts.json", cohorts_markdown)):
+    path = os.path.join(FLAGS.peers_dir, name)
+    if os.path.exists(path):
+      with open(path) as f:
+        saved = json.load(f)
+      parts.append(render(saved["results"], saved["environment"]))
+  text = "\n".join(parts)
   results.atomic_write_text(os.path.join(FLAGS.peers_dir, "peers.md"), text)
   return text
 

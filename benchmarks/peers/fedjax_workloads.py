@@ -1,8 +1,15 @@
-"""W1-W3 in FedJAX 0.0.17 (runs in its own environment: benchmarks/peers/compare.py sets
-it up). FedJAX's FedAvg (`fedjax.algorithms.fed_avg`) with its default per-client loop of
-jitted steps, haiku models equal to ours, MNIST-shaped random data of the same shapes.
+"""W1-W3 and the cohort sizes in FedJAX 0.0.17 (runs in its own environment:
+benchmarks/peers/compare.py sets it up). FedJAX's FedAvg (`fedjax.algorithms.fed_avg`) with
+its default per-client loop of jitted steps, haiku models equal to ours, MNIST-shaped
+random data of the same shapes.
 
-  <venv>/bin/python fedjax_workloads.py --workloads=w1,w2,w3 --repeats=3 --rounds=0
+W1-W3 train the first clients of the data every round. The cohort workloads c1, c10,
+c100, c1000 are W1 (logistic regression, batch 10) with m clients drawn uniformly without
+replacement from a population of N each round, as FedJAX users do:
+`fedjax.client_samplers.UniformGetClientSampler` over an `InMemoryFederatedData`, its
+`sample()` inside the timed loop.
+
+  <venv>/bin/python fedjax_workloads.py --workloads=w1,w2,w3,c10 --repeats=3 --rounds=0
 
 Prints one JSON line per workload.
 """
@@ -10,6 +17,7 @@ Prints one JSON line per workload.
 import argparse
 import json
 import statistics
+import sys
 import time
 
 import fedjax
@@ -23,6 +31,11 @@ NUM_CLIENTS, EXAMPLES, LOCAL_STEPS, CLIENT_LR = 100, 600, 10, 0.1
 # first clients of the data; benchmarks/speed.py's W3 trains 10 at CPU scale)
 WORKLOADS = {"w1": ("logreg", 10, 3, 100), "w2": ("mlp", 32, 2, 100), "w3": ("cnn", 32, 1, 10),
              "logreg32": ("logreg", 32, 3, 100)}
+# name -> (clients per round m, population N, rounds per repeat when --rounds=0: about
+# 10,000 client-steps, 0.6 s of FedJAX on a 2-core CPU). benchmarks/peers/compare.py's
+# COHORTS holds the same sizes for our side.
+COHORTS = {"c1": (1, 100, 1000), "c10": (10, 100, 100), "c100": (100, 100, 10),
+           "c1000": (1000, 1000, 1)}
 
 
 def forward(name):
@@ -52,10 +65,10 @@ def model(name):
       eval_metrics={"accuracy": fedjax.metrics.Accuracy()})
 
 
-def clients(seed):
+def clients(seed, num_clients=NUM_CLIENTS):
   rng = np.random.default_rng(seed)
   out = []
-  for i in range(NUM_CLIENTS):
+  for i in range(num_clients):
     x = rng.integers(0, 256, (EXAMPLES, 28, 28, 1), dtype=np.uint8).astype(np.float32) / 255
     y = rng.integers(0, 10, EXAMPLES).astype(np.int32)
     out.append((f"{i}".encode(), fedjax.ClientDataset({"x": x, "y": y}),
@@ -97,16 +110,74 @@ def run(name, rounds, repeats, data):
           "fedjax": getattr(fedjax, "__version__", "0.0.17"), "jax": jax.__version__}
 
 
+def run_cohort(name, rounds, repeats, seed, interleave=False):
+  """W1's model and steps, m of N clients drawn by FedJAX's uniform sampler each round.
+  With ``interleave``: after warming up, prints {"ready": name}, then runs one repeat per
+  line of stdin (printing its seconds) until stdin closes."""
+  m, n, default_rounds = COHORTS[name]
+  rounds = rounds or default_rounds
+  fd = fedjax.InMemoryFederatedData(
+      {cid: {"x": ds.all_examples()["x"], "y": ds.all_examples()["y"]}
+       for cid, ds, _ in clients(seed, n)})
+  sampler = fedjax.client_samplers.UniformGetClientSampler(fd, m, seed)
+  batch = WORKLOADS["w1"][1]
+  mdl = model("logreg")
+  algorithm = fedjax.algorithms.fed_avg.federated_averaging(
+      fedjax.model_grad(mdl), fedjax.optimizers.sgd(CLIENT_LR), fedjax.optimizers.sgd(1.0),
+      fedjax.ShuffleRepeatBatchHParams(batch_size=batch, num_epochs=None,
+                                       num_steps=LOCAL_STEPS, seed=0))
+  params = mdl.init(jax.random.PRNGKey(0))
+  state = algorithm.init(params)
+  ready = lambda s: jax.tree_util.tree_map(lambda a: a.block_until_ready(), s.params)
+  t0 = time.perf_counter()
+  state, _ = algorithm.apply(state, sampler.sample())
+  ready(state)
+  first = time.perf_counter() - t0
+  seconds = []
+
+  def repeat():
+    nonlocal state
+    t0 = time.perf_counter()
+    for _ in range(rounds):
+      state, _ = algorithm.apply(state, sampler.sample())
+    ready(state)
+    seconds.append(time.perf_counter() - t0)
+
+  if interleave:  # one repeat per line read, so the caller can time its own in between
+    print(json.dumps({"ready": name}), flush=True)
+    for _ in sys.stdin:
+      repeat()
+      print(json.dumps({"seconds": seconds[-1]}), flush=True)
+  else:
+    for _ in range(repeats):
+      repeat()
+  repeats = len(seconds)
+  rates = [rounds * m * LOCAL_STEPS / s for s in seconds]
+  return {"workload": name, "model": "logreg", "batch_size": batch, "clients_per_round": m,
+          "population": n, "sampler": "UniformGetClientSampler", "rounds_per_repeat": rounds,
+          "repeats": repeats, "seconds": seconds,
+          "client_steps_per_second": statistics.median(rates),
+          "rounds_per_second": rounds / statistics.median(seconds),
+          "first_round_seconds": first,
+          "params": int(sum(np.size(a) for a in jax.tree_util.tree_leaves(params))),
+          "fedjax": getattr(fedjax, "__version__", "0.0.17"), "jax": jax.__version__}
+
+
 def main():
   p = argparse.ArgumentParser()
   p.add_argument("--workloads", default="w1,w2,w3")
   p.add_argument("--rounds", type=int, default=0)
   p.add_argument("--repeats", type=int, default=3)
   p.add_argument("--seed", type=int, default=0)
+  p.add_argument("--interleave", action="store_true",
+                 help="cohort workloads (one): a repeat per line of stdin")
   a = p.parse_args()
-  data = clients(a.seed)
-  for w in a.workloads.split(","):
-    print(json.dumps(run(w, a.rounds, a.repeats, data)), flush=True)
+  names = a.workloads.split(",")
+  data = clients(a.seed) if any(w in WORKLOADS for w in names) else None
+  for w in names:
+    row = (run_cohort(w, a.rounds, a.repeats, a.seed, a.interleave) if w in COHORTS
+           else run(w, a.rounds, a.repeats, data))
+    print(json.dumps(row), flush=True)
 
 
 if __name__ == "__main__":

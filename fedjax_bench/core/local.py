@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import optax
 
 from fedjax_bench.core import cohort, keys
+from fedjax_bench.core import swaps as swaps_lib
 from fedjax_bench.settings import NON_NEGATIVE, POSITIVE, at_least, section, setting
 
 SAMPLINGS = ("shuffle", "shuffle_drop_last", "replacement")
@@ -82,12 +83,15 @@ def batch_positions(key, step, count, perm, *, batch_size: int, sampling: str):
   slots_in = jnp.where(valid, slots, 0)
   swaps = jnp.where(valid, swaps, 0)
 
-  def swap(j, perm):
-    a, b = slots_in[j], swaps[j]
-    pa, pb = perm[a], perm[b]
-    return perm.at[a].set(pb).at[b].set(pa)
+  if batch_size <= swaps_lib.MAX_PARALLEL:  # the same swaps, resolved in parallel
+    perm = swaps_lib.apply(perm, slots_in, swaps, valid)
+  else:
+    def swap(j, perm):
+      a, b = slots_in[j], swaps[j]
+      pa, pb = perm[a], perm[b]
+      return perm.at[a].set(pb).at[b].set(pa)
 
-  perm = jax.lax.fori_loop(0, batch_size, swap, perm)
+    perm = jax.lax.fori_loop(0, batch_size, swap, perm)
   pos = perm[jnp.clip(slots, 0, jnp.maximum(count - 1, 0))]
   return pos, valid.astype(jnp.float32), perm
 
