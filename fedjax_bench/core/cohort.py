@@ -252,7 +252,9 @@ def _busy_chunks(fn, args, width: int, work, weights=None):
     slots = j * k + jnp.arange(k)
     rows = order[jnp.minimum(slots, n - 1)]
     keep = (slots < n) & live[rows]
-    out = mapped(rows)
+    # The rest of the last chunk repeats its first row (which has work): a padding row
+    # would cost its own work (a client's steps) for nothing.
+    out = mapped(jnp.where(keep, rows, rows[0]))
     if weights is not None:
       tree, out = out
       total = jax.tree.map(jnp.add, total,
