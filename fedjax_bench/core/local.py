@@ -1,7 +1,9 @@
-"""Local training: up to ``max_steps`` optimizer steps in a lax.scan, one client's view.
+"""Local training: a client's own ``num_steps`` optimizer steps (at most ``max_steps``)
+in a lax.while_loop, one client's view.
 
-Vmap ``train`` over a cohort. A client stops after its own ``num_steps`` (the step
-mask carries computational heterogeneity). Minibatches come from the client's own
+Vmap ``train`` over a cohort: vmapped, the loop runs to the largest ``num_steps`` of
+the clients at hand and holds the others' state after their own (computational
+heterogeneity); `train_cohort` trains clients of similar step counts together. Minibatches come from the client's own
 examples, either uniformly with replacement or as shuffled epochs: every epoch is a
 fresh permutation, visited in batches. With "shuffle" the last batch of an epoch is
 partial (drop_remainder=False), padding rows weighted 0; with "shuffle_drop_last" an
@@ -48,7 +50,7 @@ class LocalTraining:
 
 
 class LocalSpec(NamedTuple):
-  max_steps: int        # static scan length
+  max_steps: int        # static bound on num_steps (the minibatch draws' length)
   batch_size: int
   sampling: str = "shuffle"
 
