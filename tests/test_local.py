@@ -1,5 +1,8 @@
 """Local training and minibatch sampling."""
 
+import functools
+from pathlib import Path
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -7,7 +10,7 @@ import optax
 import pytest
 
 from conftest import toy_setup
-from fedjax_bench.core import local
+from fedjax_bench.core import cohort, keys, local
 
 
 def _positions(count, steps, batch_size, sampling, max_count=None, seed=0):
@@ -115,3 +118,109 @@ def test_summed_deltas_equal_the_weighted_sum_of_the_stack(width):
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7),
                total, want)
   np.testing.assert_array_equal(sum_losses, losses)
+
+
+# Client sizes and one epoch of batch 4: tau = 2 1 3 8 1 3 2 5 1 4. Seven of ten clients
+# available, in a slab of cap 9 (two padding rows).
+SIZES = [7, 0, 9, 30, 1, 12, 5, 20, 3, 14]
+MASK = [1, 0, 1, 1, 0, 1, 1, 0, 1, 1]
+
+
+def _slab_setup():
+  task, world = toy_setup(num_clients=10, sizes=SIZES, local_epochs=1.0, batch_size=4)
+  return task, world, cohort.from_mask(jnp.asarray(MASK, bool), 9)
+
+
+def _slab(task, world, c, *, width, sampling="shuffle", sum_weights=None, loss_fn=None):
+  params = task.init_params(jax.random.PRNGKey(1))
+  return jax.jit(lambda p: local.train_cohort(
+      task, world, p, c.ids, jax.random.PRNGKey(4), opt=optax.sgd(0.3), batch_size=4,
+      sampling=sampling, width=width, sum_weights=sum_weights, loss_fn=loss_fn,
+      valid=c.valid))(params)
+
+
+@functools.lru_cache(maxsize=None)
+def _alone(sampling):
+  """Each valid client of `_slab_setup` trained by itself, unbatched, for exactly its
+  own tau_i steps (a loop of tau_i steps, nothing masked), with the key the cohort gives
+  it: [(delta, loss)] in slab order."""
+  task, world, c = _slab_setup()
+  ids = np.asarray(c.ids)[np.asarray(c.valid)]
+  params = task.init_params(jax.random.PRNGKey(1))
+  client_keys = keys.per_client(keys.for_purpose(jax.random.PRNGKey(4), "local_train"),
+                                jnp.asarray(ids, jnp.int32))
+  out = []
+  for cid, k in zip(ids, client_keys):
+    tau = int(world.client_steps[cid])
+    spec = local.LocalSpec(tau, 4, sampling)
+    new, loss = jax.jit(lambda p, k: local.train(
+        p, k, task.counts[cid], tau, fetch=task.client_data(cid), loss_fn=task.loss,
+        opt=optax.sgd(0.3), spec=spec, max_count=task.max_count))(params, k)
+    out.append((jax.tree.map(jnp.subtract, new, params), loss))
+  return out
+
+
+@pytest.mark.parametrize("width", [0, 1, 2, 4])
+@pytest.mark.parametrize("sampling", ["shuffle", "replacement"])
+def test_slab_rows_equal_each_client_trained_alone_and_padding_is_zero(width, sampling):
+  """Valid rows: bitwise each client trained alone for its own tau_i steps (unequal
+  budgets, trained in order of tau, put back in slab order); padding rows: zeros."""
+  task, world, c = _slab_setup()
+  deltas, losses = _slab(task, world, c, width=width, sampling=sampling)
+  ids = np.asarray(c.ids)[np.asarray(c.valid)]
+  assert len(set(np.asarray(world.client_steps)[ids].tolist())) > 3  # unequal work
+  for row, (delta, loss) in enumerate(_alone(sampling)):
+    jax.tree.map(lambda a, b: np.testing.assert_array_equal(a[row], b), deltas, delta)
+    assert losses[row] == loss
+  for a in jax.tree.leaves((deltas, losses)):
+    np.testing.assert_array_equal(a[len(ids):], 0)
+
+  weights = jnp.where(c.valid, jnp.arange(9.0) + 1, 0.0)
+  total, sum_losses = _slab(task, world, c, width=width, sampling=sampling,
+                            sum_weights=weights)
+  np.testing.assert_array_equal(sum_losses, losses)
+  want = jax.tree.map(lambda d: np.tensordot(np.asarray(weights), np.asarray(d), 1), deltas)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7),
+               total, want)
+
+
+@pytest.mark.parametrize("summed", [False, True])
+def test_slab_cost_is_the_valid_clients_own_steps(summed):
+  """Client-steps executed (a callback in the loss counts every row of every step the
+  program runs): the valid clients, in chunks of 2 of similar tau, each chunk running to
+  its largest tau; not the slab of 9 for max tau = 8 steps (72 client-steps)."""
+  task, world, c = _slab_setup()
+  steps = [0]
+
+  def counting_loss(params, x, y, w, rng):
+    jax.debug.callback(lambda v: steps.__setitem__(0, steps[0] + np.size(v)), w[0])
+    return task.loss(params, x, y, w, rng)
+
+  weights = jnp.where(c.valid, 1.0, 0.0) if summed else None
+  jax.block_until_ready(_slab(task, world, c, width=2, sampling="replacement",
+                              sum_weights=weights, loss_fn=counting_loss))
+  jax.effects_barrier()
+  taus = sorted(np.asarray(world.client_steps)[np.asarray(c.ids)[np.asarray(c.valid)]],
+                reverse=True)
+  want = 2 * sum(taus[0::2])  # chunks [8, 4] [3, 3] [2, 2] [1]: 2 x (8 + 3 + 2 + 1)
+  assert want == 28 and sum(taus) == 23
+  assert steps[0] == want
+
+
+def test_slab_split_over_devices_deals_the_work_evenly(tmp_path):
+  """With the cohort split over 2 devices (the engine's "clients" axis) each device trains
+  its share of the valid clients only, dealt in order of tau (device 0: tau 8 3 2 1,
+  device 1: 4 3 2; chunks of 2 run to their largest tau), and gives the numbers of one
+  device: the rows bitwise, the weighted sum up to the order of float additions."""
+  from conftest import device_probe
+  script = Path(__file__).parent / "scripts" / "cohort_probe.py"
+  one = device_probe(script, tmp_path / "one.npz", 1)
+  two = device_probe(script, tmp_path / "two.npz", 2)
+  assert int(two["devices"]) == 2
+  assert int(one["steps"]) == 2 * 28  # the map and the sum, 2 x (8 + 3 + 2 + 1) each
+  assert int(two["steps"]) == 2 * (2 * (8 + 2) + 2 * (4 + 2))
+  for name in one.files:
+    if name.startswith(("d_", "losses")):
+      np.testing.assert_array_equal(one[name], two[name])
+    elif name.startswith("t_"):
+      np.testing.assert_allclose(one[name], two[name], rtol=1e-6, atol=1e-7)

@@ -1,7 +1,9 @@
-"""Local training: up to ``max_steps`` optimizer steps in a lax.scan, one client's view.
+"""Local training: a client's own ``num_steps`` optimizer steps (at most ``max_steps``)
+in a lax.while_loop, one client's view.
 
-Vmap ``train`` over a cohort. A client stops after its own ``num_steps`` (the step
-mask carries computational heterogeneity). Minibatches come from the client's own
+Vmap ``train`` over a cohort: vmapped, the loop runs to the largest ``num_steps`` of
+the clients at hand and holds the others' state after their own (computational
+heterogeneity); `train_cohort` trains clients of similar step counts together. Minibatches come from the client's own
 examples, either uniformly with replacement or as shuffled epochs: every epoch is a
 fresh permutation, visited in batches. With "shuffle" the last batch of an epoch is
 partial (drop_remainder=False), padding rows weighted 0; with "shuffle_drop_last" an
@@ -49,7 +51,7 @@ class LocalTraining:
 
 
 class LocalSpec(NamedTuple):
-  max_steps: int        # static scan length
+  max_steps: int        # static bound on num_steps (the minibatch draws' length)
   batch_size: int
   sampling: str = "shuffle"
 
@@ -150,21 +152,19 @@ def train(params, key, count, num_steps, *, fetch: Callable, loss_fn: Callable,
   else:
     batches = pos
 
-  def step(carry, inputs):
-    p, opt_state, loss_sum = carry
-    s, wb, batch = inputs
-    xb, yb = batch if read_ahead else fetch(batch)
+  def step(carry):
+    s, p, opt_state, loss_sum = carry
+    wb = w[s]
+    xb, yb = jax.tree.map(lambda a: a[s], batches) if read_ahead else fetch(batches[s])
     loss, g = grad_fn(p, xb, yb, wb, jax.random.fold_in(noise_key, s))
-    updates, new_opt_state = opt.update(g, opt_state, p)
-    new_p = optax.apply_updates(p, updates)
-    active = s < num_steps
-    keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(active, a, b), new, old)
-    return (keep(new_p, p), keep(new_opt_state, opt_state),
-            loss_sum + jnp.where(active, loss, 0.0)), None
+    updates, opt_state = opt.update(g, opt_state, p)
+    return s + 1, optax.apply_updates(p, updates), opt_state, loss_sum + loss
 
-  init = (params, opt.init(params), jnp.zeros((), jnp.float32))
-  steps = jnp.arange(spec.max_steps)
-  (params, _, loss_sum), _ = jax.lax.scan(step, init, (steps, w, batches))
+  # A while loop, not a scan of max_steps masked steps: a client costs its own steps
+  # (vmapped over clients it runs to their largest num_steps, the others' state held).
+  steps = jnp.minimum(num_steps, spec.max_steps)
+  init = (jnp.zeros((), jnp.int32), params, opt.init(params), jnp.zeros((), jnp.float32))
+  _, params, _, loss_sum = jax.lax.while_loop(lambda c: c[0] < steps, step, init)
   return params, loss_sum / jnp.maximum(num_steps, 1)
 
 
@@ -172,7 +172,8 @@ def train_cohort(task, world, params, ids, key, *, opt: optax.GradientTransforma
                  batch_size: int, sampling: str = "shuffle", width: int = -1,
                  loss_fn: Optional[Callable] = None, per_client_start: bool = False,
                  loss_scale: Optional[jax.Array] = None,
-                 sum_weights: Optional[jax.Array] = None):
+                 sum_weights: Optional[jax.Array] = None,
+                 valid: Optional[jax.Array] = None):
   """Local training of the cohort ``ids``, each client with its own key and its world
   step budget: (deltas x_i - start_i [cap, ...], mean losses [cap]).
 
@@ -184,6 +185,12 @@ def train_cohort(task, world, params, ids, key, *, opt: optax.GradientTransforma
 
   With ``sum_weights`` ([cap]) it returns (sum_i w_i delta_i, mean losses [cap]) instead,
   never holding every client's delta at once (`cohort.map_clients_sum`).
+
+  ``valid`` ([cap] bool, optional) marks the slab's real rows: the padding rows are not
+  trained, their deltas and losses are zeros and they add nothing to the sum. The
+  clients train in decreasing order of their step budgets (`cohort.map_clients`'s
+  ``work``), so a chunk of vmapped clients runs about its own clients' steps; the
+  results come back in cohort order.
   """
   spec = LocalSpec(world.max_steps, batch_size, sampling)
   loss_fn = loss_fn or task.loss
@@ -214,6 +221,9 @@ def train_cohort(task, world, params, ids, key, *, opt: optax.GradientTransforma
     fn, args = one, (ids, client_keys, params, *draws)
   else:
     fn, args = (lambda i, k, *drawn: one(i, k, params, *drawn)), (ids, client_keys, *draws)
+  work = jnp.maximum(world.client_steps[ids], 1)
+  if valid is not None:
+    work = jnp.where(valid, work, 0)
   if sum_weights is None:
-    return cohort.map_clients(fn, *args, width=width)
-  return cohort.map_clients_sum(fn, sum_weights, *args, width=width)
+    return cohort.map_clients(fn, *args, width=width, work=work)
+  return cohort.map_clients_sum(fn, sum_weights, *args, width=width, work=work)

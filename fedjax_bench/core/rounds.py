@@ -67,7 +67,7 @@ def train(task, world, hp: Synchronous, start, c: Cohort, key, t, *, per_client_
   return local.train_cohort(
       task, world, start, c.ids, key, opt=optax.sgd(schedules.client_lr(hp, t)),
       batch_size=hp.batch_size, sampling=hp.sampling, width=hp.client_width, loss_fn=loss_fn, per_client_start=per_client_start,
-      sum_weights=sum_weights)
+      sum_weights=sum_weights, valid=c.valid)
 
 
 def apply_update(sopt: optax.GradientTransformation, server: ServerState, delta, world_state,

@@ -1,0 +1,246 @@
+"""Does a round cost what its clients' work costs? Padding rows and unequal local steps.
+
+  PYTHONPATH=. python benchmarks/cost_follows_work.py [--repeats=5] [--output_dir=results/speed]
+
+FedAvg (server SGD at lr 1, uniform weights), logistic regression on MNIST-shaped data
+(benchmarks/workloads.py), per-round time of pairs of worlds, each ratio against its
+baseline measured in the same invocation:
+
+  bernoulli   Bernoulli p = 0.1 over 1,000 clients (a cohort slab of cap = 168 rows, about
+              100 of them valid) vs uniform 100 of 1,000; 10 local steps, batch 10,
+              minibatches with replacement (as speed.py's ratio). Target 1.3x.
+  sine        sine availability over 100 clients (base p = 0.5, gamma 0.3, period 20: about
+              35 active of a cap of 86) vs uniform 35 of 100; same training.
+  epochs      2 local epochs of batch 64 over 100 clients whose sizes give tau_i =
+              2 ceil(n_i / 64) in {2, 4, ..., 20} (mean 11), as the loss-aware aggregation
+              runs (--local_epochs=2), vs the same data with every client running 11 steps;
+              shuffled epochs. Target 1.3x.
+
+Each side is one engine.run in its own thread; the threads pass a baton at every
+evaluation, so their timed blocks (a block of rounds and one evaluation, the engine's
+own timing) alternate and share the machine's load. One untimed warm-up block per side.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from fedjax_bench import host_devices  # noqa: E402
+
+host_devices.use_all_cores()
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+
+from fedjax_bench import engine, results  # noqa: E402
+from fedjax_bench.algorithms import fedavg  # noqa: E402
+from fedjax_bench.core import cohort  # noqa: E402
+from fedjax_bench.data.federated import Dataset, FederatedData  # noqa: E402
+from fedjax_bench.sim import availability, participation, world as world_lib  # noqa: E402
+import workloads  # noqa: E402  (benchmarks/, on sys.path as the script's directory)
+
+TARGET = 1.3
+TEST_EXAMPLES = 1000
+
+
+def parse(argv):
+  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  p.add_argument("--repeats", type=int, default=5, help="timed blocks per side (median)")
+  p.add_argument("--pairs", default="bernoulli,sine,epochs",
+                 help="comma list of: bernoulli, sine, epochs")
+  p.add_argument("--examples_per_client", type=int, default=60,
+                 help="bernoulli and sine: examples per client of the generated data")
+  p.add_argument("--client_width", type=int, default=-1,
+                 help="clients vmapped at once (0: whole cohort, -1: backend default)")
+  p.add_argument("--output_dir", default="results/speed")
+  args = p.parse_args(argv)
+  unknown = set(args.pairs.split(",")) - {"bernoulli", "sine", "epochs"}
+  if unknown:
+    p.error(f"unknown --pairs {sorted(unknown)}; valid: bernoulli, sine, epochs")
+  return args
+
+
+def unequal_dataset(seed: int, num_clients: int = 100, batch: int = 64) -> Dataset:
+  """MNIST-shaped data whose client i has ceil(n_i / batch) = 1 + i % 10 batches."""
+  sizes = [batch * (1 + i % 10) - 10 for i in range(num_clients)]
+  rng = np.random.default_rng(seed)
+  n = sum(sizes)
+  parts = np.split(np.arange(n), np.cumsum(sizes)[:-1])
+  x = rng.integers(0, 256, (n, 28, 28, 1), dtype=np.uint8)
+  y = rng.integers(0, 10, n).astype(np.int32)
+  return Dataset(
+      name="mnist_shaped_unequal", train=FederatedData.from_partition(x, y, parts),
+      test_x=rng.integers(0, 256, (TEST_EXAMPLES, 28, 28, 1), dtype=np.uint8),
+      test_y=rng.integers(0, 10, TEST_EXAMPLES).astype(np.int32),
+      num_classes=10, feature_shape=(28, 28, 1), is_image=True)
+
+
+def pairs(args):
+  """name -> (rounds per block, hp, task, {side: world}, baseline side)."""
+  out = {}
+  names = args.pairs.split(",")
+  hp = {"client_lr": 0.1, "server_lr": 1.0, "weighting": "uniform", "server_opt": "sgd",
+        "client_width": args.client_width}
+  if "bernoulli" in names:
+    task = workloads.task(workloads.mnist_shaped(0, 1000, args.examples_per_client,
+                                                 TEST_EXAMPLES), "logreg")
+    steps = np.full(1000, 10, np.int32)
+    out["bernoulli"] = (30, {**hp, "batch_size": 10, "sampling": "replacement"}, task, {
+        "bernoulli p=0.1 of 1000": world_lib.make(
+            participation.bernoulli(np.full(1000, 0.1)), steps),
+        "uniform 100 of 1000": world_lib.make(participation.uniform(1000, 100), steps)},
+        "uniform 100 of 1000")
+  if "sine" in names:
+    task = workloads.task(workloads.mnist_shaped(1, 100, args.examples_per_client,
+                                                 TEST_EXAMPLES), "logreg")
+    steps = np.full(100, 10, np.int32)
+    out["sine"] = (40, {**hp, "batch_size": 10, "sampling": "replacement"}, task, {
+        "sine over 100": world_lib.make(
+            availability.make("sine", availability.homogeneous(100, 0.5)), steps),
+        "uniform 35 of 100": world_lib.make(participation.uniform(100, 35), steps)},
+        "uniform 35 of 100")
+  if "epochs" in names:
+    task = workloads.task(unequal_dataset(2), "logreg")
+    counts = np.asarray(task.counts)
+    tau = world_lib.client_steps(counts, local_steps=10, local_epochs=2.0, batch_size=64)
+    mean = int(round(tau.mean()))
+    full = participation.full(100)
+    out["epochs"] = (6, {**hp, "batch_size": 64, "sampling": "shuffle"}, task, {
+        f"2 epochs, tau {tau.min()}..{tau.max()}": world_lib.make(full, tau),
+        f"every client {mean} steps": world_lib.make(full, np.full(100, mean, np.int32))},
+        f"every client {mean} steps")
+  return out
+
+
+def interleaved(task, hp, worlds: dict, rounds: int, repeats: int) -> dict:
+  """{side: {"wall": [seconds], "cpu": [seconds]}} of each timed block: one engine.run per
+  side, in threads that take turns block by block after every side's warm-up block. A
+  block is timed from the end of the side's previous evaluation callback to the start of
+  its next: its rounds, its evaluation and the engine's bookkeeping. "cpu" is the
+  process's CPU time over the block (every other side is waiting then), which a loaded
+  machine disturbs less than the wall clock."""
+  sides = list(worlds)
+  turn = threading.Condition()
+  state = {"turn": 0, "ready": 0, "failed": False}
+  seconds = {s: {"wall": [], "cpu": []} for s in sides}
+  errors = []
+
+  def side(i, name):
+    calls = []
+    start = []
+
+    def on_eval(progress):
+      del progress
+      now = (time.perf_counter(), time.process_time())
+      if start:
+        seconds[name]["wall"].append(now[0] - start[0])
+        seconds[name]["cpu"].append(now[1] - start[1])
+      calls.append(now)
+      with turn:
+        if len(calls) == 1:  # warm-up done: wait for every side's warm-up
+          state["ready"] += 1
+          turn.notify_all()
+          turn.wait_for(lambda: state["failed"] or (state["ready"] == len(sides)
+                                                    and state["turn"] == i))
+        else:
+          state["turn"] = (i + 1) % len(sides)
+          turn.notify_all()
+          if len(calls) <= repeats:
+            turn.wait_for(lambda: state["failed"] or state["turn"] == i)
+      start[:] = (time.perf_counter(), time.process_time())
+
+    try:
+      engine.run(lambda h: fedavg.build(task, worlds[name], h), task, hp, seeds=[0],
+                 rounds=rounds * (repeats + 1), eval_every=rounds, on_eval=on_eval)
+    except Exception as e:  # noqa: BLE001  (re-raised in the main thread)
+      errors.append(e)
+      with turn:
+        state["failed"] = True
+        turn.notify_all()
+
+  threads = [threading.Thread(target=side, args=(i, s)) for i, s in enumerate(sides)]
+  for t in threads:
+    t.start()
+  for t in threads:
+    t.join()
+  if errors:
+    raise errors[0]
+  return seconds
+
+
+def main(argv=None):
+  args = parse(argv)
+  env = {**results.environment_info(), "cpu_count": os.cpu_count(),
+         "client_width": cohort.resolve_width(args.client_width),
+         "loadavg_before": os.getloadavg()}
+  rows = []
+  for name, (rounds, hp, task, worlds, base) in pairs(args).items():
+    print(f"[{name}] {' vs '.join(worlds)}: {args.repeats} interleaved blocks of {rounds} "
+          "rounds ...", flush=True)
+    seconds = interleaved(task, hp, worlds, rounds, args.repeats)
+    per_round = {s: {k: statistics.median(v) / rounds for k, v in t.items()}
+                 for s, t in seconds.items()}
+    for side in worlds:
+      if side == base:
+        continue
+      row = {"pair": name, "side": side, "baseline": base, "rounds_per_block": rounds,
+             "seconds_per_round": per_round[side]["wall"],
+             "baseline_seconds_per_round": per_round[base]["wall"],
+             "ratio": per_round[side]["wall"] / per_round[base]["wall"],
+             "cpu_seconds_per_round": per_round[side]["cpu"],
+             "baseline_cpu_seconds_per_round": per_round[base]["cpu"],
+             "cpu_ratio": per_round[side]["cpu"] / per_round[base]["cpu"],
+             "target": TARGET if name != "sine" else None,
+             "block_seconds": seconds[side], "baseline_block_seconds": seconds[base],
+             "cap": worlds[side].participation.cap,
+             "max_steps": worlds[side].max_steps}
+      row["met"] = None if row["target"] is None else bool(row["ratio"] <= row["target"])
+      rows.append(row)
+      print(f"  {side}: {row['seconds_per_round'] * 1e3:.1f} ms/round, {base}: "
+            f"{row['baseline_seconds_per_round'] * 1e3:.1f} ms/round, ratio "
+            f"{row['ratio']:.2f}x (CPU time: {row['cpu_ratio']:.2f}x)", flush=True)
+  env["loadavg_after"] = os.getloadavg()
+  os.makedirs(args.output_dir, exist_ok=True)
+  config = {"repeats": args.repeats, "statistic": "median",
+            "examples_per_client": args.examples_per_client, "model": "logreg",
+            "algorithm": "fedavg"}
+  results.atomic_write_json(os.path.join(args.output_dir, "cost_follows_work.json"),
+                            {"config": config, "environment": env, "results": rows})
+  results.atomic_write_text(os.path.join(args.output_dir, "cost_follows_work.md"),
+                            markdown(rows, env, args))
+  print(f"wrote {args.output_dir}/cost_follows_work.json and .md")
+
+
+def markdown(rows, env, args) -> str:
+  lines = ["# Cost follows work: padding rows and unequal local steps", "",
+           "FedAvg, logistic regression on MNIST-shaped data; seconds per round (a block of "
+           "rounds and one evaluation, divided by the rounds), median of "
+           f"{args.repeats} blocks per side, the two sides' blocks interleaved "
+           "(`benchmarks/cost_follows_work.py`). The target is on the wall-clock ratio; the "
+           "CPU-time ratio (the process's CPU seconds over the same blocks) is less "
+           "disturbed by other jobs on the machine.", "",
+           "| pair | side | ms/round | baseline | ms/round | ratio | CPU-time ratio | target "
+           "| met? |",
+           "|---|---|---:|---|---:|---:|---:|---:|:---:|"]
+  for r in rows:
+    target = "—" if r["target"] is None else f"{r['target']:g}x"
+    met = "—" if r["met"] is None else ("yes" if r["met"] else "no")
+    lines.append(f"| {r['pair']} | {r['side']} (cap {r['cap']}, max steps {r['max_steps']}) "
+                 f"| {r['seconds_per_round'] * 1e3:.1f} | {r['baseline']} "
+                 f"| {r['baseline_seconds_per_round'] * 1e3:.1f} | {r['ratio']:.2f}x "
+                 f"| {r['cpu_ratio']:.2f}x "
+                 f"| {target} | {met} |")
+  lines += ["", f"Clients trained {env['client_width']} at a time (0 = the whole cohort "
+            f"vmapped); devices {env['devices']}, jax {env['jax']}; 1-minute load average "
+            f"{env['loadavg_before'][0]:.2f} before, {env['loadavg_after'][0]:.2f} after.", ""]
+  return "\n".join(lines)
+
+
+if __name__ == "__main__":
+  main()
