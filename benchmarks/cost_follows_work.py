@@ -22,7 +22,6 @@ own timing) alternate and share the machine's load. One untimed warm-up block pe
 """
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -35,7 +34,6 @@ from fedjax_bench import host_devices  # noqa: E402
 
 host_devices.use_all_cores()
 
-import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
 from fedjax_bench import engine, results  # noqa: E402

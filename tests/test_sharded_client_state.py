@@ -26,14 +26,18 @@ def probes(tmp_path_factory):
 
 @pytest.mark.parametrize("name", ALGOS.split(","))
 def test_one_device_equals_four_with_sharded_client_state(probes, name):
-  # The tolerance of test_engine's 1-vs-4 tests: psums of per-device partial sums (FedAWE's
-  # mean of all local models, FedAU's mean weight) add in another order.
+  # Float rounding only: psums of per-device partial sums (FedAWE's mean of all local
+  # models, FedAU's mean weight, the cohort's sums dealt over devices) add in another order.
+  # rtol as test_engine's 1-vs-4 tests; atol at 1e-6 of the array's largest magnitude, since
+  # an element that cancels to near zero keeps the rounding of its terms (0.6 float32 eps of
+  # the largest value, measured on fedau's parameters).
   one, four = probes
   assert int(one["devices"]) == 1 and int(four["devices"]) == 4
   keys = [k for k in one.files if k.startswith(f"{name}/") and "shard_rows" not in k]
   assert any("/c_" in k for k in keys) and any("/m_" in k for k in keys)
   for k in keys:
-    np.testing.assert_allclose(one[k], four[k], rtol=1e-6, atol=1e-8, err_msg=k)
+    scale = float(np.nanmax(np.abs(one[k]), initial=0.0))
+    np.testing.assert_allclose(one[k], four[k], rtol=1e-6, atol=1e-6 * scale, err_msg=k)
 
 
 @pytest.mark.parametrize("name", RESUMED.split(","))

@@ -158,6 +158,7 @@ def _local_ids(ids, per: int, name: str):
 
 
 def _rows(flag, a):
+  """``flag`` [n, ...] broadcast against ``a`` [n, ..., ...]."""
   return flag.reshape(flag.shape + (1,) * (a.ndim - flag.ndim))
 
 
@@ -406,8 +407,3 @@ def _busy_chunks(fn, args, width: int, work, weights=None):
   _, total, stack = jax.lax.while_loop(lambda c: c[0] < busy_chunks, body,
                                        (jnp.zeros((), jnp.int32), total, stack))
   return stack if weights is None else (total, stack)
-
-
-def _rows(flags, a):
-  """[n] ``flags`` broadcast against ``a`` [n, ...]."""
-  return flags.reshape(flags.shape + (1,) * (a.ndim - 1))
