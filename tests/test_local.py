@@ -207,6 +207,23 @@ def test_slab_cost_is_the_valid_clients_own_steps(summed):
   assert steps[0] == want
 
 
+def test_a_slab_under_twice_the_width_trains_as_one_chunk():
+  """5 clients of equal tau at width 4: one vmapped chunk of 5 (5 tau client-steps), not
+  chunks of 4 and 1 padded with 3 repeats of its row (8 tau)."""
+  task, world = toy_setup(num_clients=10, cohort=5, local_steps=3, batch_size=4)
+  c = cohort.from_mask(jnp.arange(10) < 5, 5)
+  steps = [0]
+
+  def counting_loss(params, x, y, w, rng):
+    jax.debug.callback(lambda v: steps.__setitem__(0, steps[0] + np.size(v)), w[0])
+    return task.loss(params, x, y, w, rng)
+
+  jax.block_until_ready(_slab(task, world, c, width=4, sampling="replacement",
+                              loss_fn=counting_loss))
+  jax.effects_barrier()
+  assert steps[0] == 5 * 3
+
+
 def test_slab_split_over_devices_deals_the_work_evenly(tmp_path):
   """With the cohort split over 2 devices (the engine's "clients" axis) each device trains
   its share of the valid clients only, dealt in order of tau (device 0: tau 8 3 2 1,

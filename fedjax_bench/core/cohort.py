@@ -377,6 +377,10 @@ def _busy_chunks(fn, args, width: int, work, weights=None):
     return stacked if weights is None else (total, stacked)
 
   k = min(width, n)
+  if 1 < k < n <= 2 * k:
+    # One vmapped chunk of n rows rather than two of k, the second mostly repeats: W1 with
+    # 10 clients a round over 2 devices (5 rows each), 0.86 ms a round against 1.14 ms.
+    k = n
   order = _by_work(work)
   busy_chunks = (jnp.sum(live) + k - 1) // k
 
