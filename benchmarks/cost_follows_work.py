@@ -38,7 +38,7 @@ import numpy as np  # noqa: E402
 
 from fedjax_bench import engine, results  # noqa: E402
 from fedjax_bench.algorithms import fedavg  # noqa: E402
-from fedjax_bench.core import cohort  # noqa: E402
+from fedjax_bench.core import client_map  # noqa: E402
 from fedjax_bench.data.federated import Dataset, FederatedData  # noqa: E402
 from fedjax_bench.sim import availability, participation, world as world_lib  # noqa: E402
 import workloads  # noqa: E402  (benchmarks/, on sys.path as the script's directory)
@@ -175,7 +175,7 @@ def interleaved(task, hp, worlds: dict, rounds: int, repeats: int) -> dict:
 def main(argv=None):
   args = parse(argv)
   env = {**results.environment_info(), "cpu_count": os.cpu_count(),
-         "client_width": cohort.resolve_width(args.client_width),
+         "client_width": client_map.resolve_width(args.client_width),
          "loadavg_before": os.getloadavg()}
   rows = []
   for name, (rounds, hp, task, worlds, base) in pairs(args).items():

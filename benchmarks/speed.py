@@ -51,7 +51,7 @@ import optax  # noqa: E402
 
 from fedjax_bench import engine, results  # noqa: E402
 from fedjax_bench.algorithms import fedavg  # noqa: E402
-from fedjax_bench.core import cohort  # noqa: E402
+from fedjax_bench.core import client_map  # noqa: E402
 from fedjax_bench.core import task as task_lib  # noqa: E402
 from fedjax_bench.data.federated import Dataset, FederatedData  # noqa: E402
 import workloads  # noqa: E402  (benchmarks/, on sys.path as the script's directory)
@@ -316,7 +316,7 @@ def main(argv):
     return 2
   env = {**results.environment_info(), "cpu_count": os.cpu_count(),
          "xla_flags": os.environ.get("XLA_FLAGS", ""), "loadavg_before": os.getloadavg(),
-         "client_width": cohort.resolve_width(FLAGS.client_width)}
+         "client_width": client_map.resolve_width(FLAGS.client_width)}
   env["cpu_model"] = cpu_model()
   peak = matmul_flops_per_second()
   env["matmul_gflops"] = peak / 1e9

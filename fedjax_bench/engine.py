@@ -115,7 +115,7 @@ def over_runs(fn: Callable, sharding: NamedSharding, in_specs=None, out_specs=No
   """Maps `fn` over the leading run axis, each device mapping its own runs.
 
   Devices along the mesh's "clients" axis hold the same runs and split each
-  cohort's local training between them (`cohort.map_clients`). With `num_clients`,
+  cohort's local training between them (`client_map.map_clients`). With `num_clients`,
   the client states are sharded over that axis too (`in_specs`/`out_specs` give
   them PartitionSpec("runs", "clients"), `state_specs`): each device holds its rows
   and `cohort.gather`/`scatter`/`population_*` exchange only what a round needs.

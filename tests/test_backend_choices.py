@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import pytest
 
 from fedjax_bench import models
-from fedjax_bench.core import cohort
+from fedjax_bench.core import client_map
 
 
 def _pretend(monkeypatch, backend: str):
@@ -16,15 +16,15 @@ def _pretend(monkeypatch, backend: str):
 @pytest.mark.parametrize("backend", ["gpu", "tpu"])
 def test_accelerators_vmap_the_whole_cohort(monkeypatch, backend):
   _pretend(monkeypatch, backend)
-  assert cohort.resolve_width(-1) == 0
-  assert cohort.resolve_width(-1, convolutional=True) == 0
-  assert cohort.resolve_width(3) == 3  # an explicit width is kept everywhere
+  assert client_map.resolve_width(-1) == 0
+  assert client_map.resolve_width(-1, convolutional=True) == 0
+  assert client_map.resolve_width(3) == 3  # an explicit width is kept everywhere
 
 
 def test_cpu_trains_a_few_clients_at_once_and_convolutions_one_by_one(monkeypatch):
   _pretend(monkeypatch, "cpu")
-  assert cohort.resolve_width(-1) == cohort.CPU_CLIENT_WIDTH
-  assert cohort.resolve_width(-1, convolutional=True) == 1
+  assert client_map.resolve_width(-1) == client_map.CPU_CLIENT_WIDTH
+  assert client_map.resolve_width(-1, convolutional=True) == 1
 
 
 def _forward_jaxpr(backend: str, monkeypatch) -> str:

@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from fedjax_bench.core import cohort, keys
+from fedjax_bench.core import client_map, keys
 from fedjax_bench.core import swaps as swaps_lib
 from fedjax_bench.settings import NON_NEGATIVE, POSITIVE, at_least, section, setting
 
@@ -179,16 +179,16 @@ def train_cohort(task, world, params, ids, key, *, opt: optax.GradientTransforma
 
   Every client starts from ``params``, or with ``per_client_start`` from its own row
   of ``params`` (a [cap, ...] pytree, e.g. FedAWE's stored local models).
-  ``loss_fn`` defaults to ``task.loss``; ``width`` is ``cohort.map_clients``'s.
+  ``loss_fn`` defaults to ``task.loss``; ``width`` is ``client_map.map_clients``'s.
   ``loss_scale`` ([num_clients], optional) multiplies client i's loss by
   ``loss_scale[i]`` (the reported losses are the scaled ones).
 
   With ``sum_weights`` ([cap]) it returns (sum_i w_i delta_i, mean losses [cap]) instead,
-  never holding every client's delta at once (`cohort.map_clients_sum`).
+  never holding every client's delta at once (`client_map.map_clients_sum`).
 
   ``valid`` ([cap] bool, optional) marks the slab's real rows: the padding rows are not
   trained, their deltas and losses are zeros and they add nothing to the sum. The
-  clients train in decreasing order of their step budgets (`cohort.map_clients`'s
+  clients train in decreasing order of their step budgets (`client_map.map_clients`'s
   ``work``), so a chunk of vmapped clients runs about its own clients' steps; the
   results come back in cohort order.
   """
@@ -196,7 +196,7 @@ def train_cohort(task, world, params, ids, key, *, opt: optax.GradientTransforma
   loss_fn = loss_fn or task.loss
   if width == -1:
     shapes = jax.eval_shape(task.init_params, jax.random.PRNGKey(0))
-    width = cohort.resolve_width(-1, cohort.is_convolutional(shapes))
+    width = client_map.resolve_width(-1, client_map.is_convolutional(shapes))
   at_once = width or ids.shape[0]
   client_keys = keys.per_client(keys.for_purpose(key, "local_train"), ids)
   # The whole cohort's minibatch positions in one vmap when they fit the budget: the
@@ -204,7 +204,7 @@ def train_cohort(task, world, params, ids, key, *, opt: optax.GradientTransforma
   # Otherwise each client draws its own inside `train`.
   draws = ()
   if positions_bytes(ids.shape[0], spec) <= GATHER_BUDGET:
-    draws = cohort.map_clients(lambda i, k: step_positions(
+    draws = client_map.map_clients(lambda i, k: step_positions(
         k, task.counts[i], spec=spec, max_count=task.max_count), ids, client_keys, width=0)
 
   def one(i, k, start, *drawn):
@@ -225,5 +225,5 @@ def train_cohort(task, world, params, ids, key, *, opt: optax.GradientTransforma
   if valid is not None:
     work = jnp.where(valid, work, 0)
   if sum_weights is None:
-    return cohort.map_clients(fn, *args, width=width, work=work)
-  return cohort.map_clients_sum(fn, sum_weights, *args, width=width, work=work)
+    return client_map.map_clients(fn, *args, width=width, work=work)
+  return client_map.map_clients_sum(fn, sum_weights, *args, width=width, work=work)

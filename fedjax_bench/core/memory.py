@@ -53,7 +53,7 @@ def estimate(build, task, hparams: dict, world, num_runs: int, num_devices: int,
     training (each at most `local.GATHER_BUDGET`); an estimate, not a measurement of
     XLA's buffers.
   """
-  from fedjax_bench.core import cohort, local
+  from fedjax_bench.core import client_map, cohort, local
   run_devices = max(k for k in range(1, num_devices + 1) if num_runs % k == 0)
   runs_here = num_runs // run_devices
   client_devices = num_devices // run_devices
@@ -67,7 +67,7 @@ def estimate(build, task, hparams: dict, world, num_runs: int, num_devices: int,
             task.train_eval_y, task.offsets, task.counts]
   data = tree_bytes(list({id(a): a for a in arrays}.values()))  # a view's x is train_eval_x
   cap = world.participation.cap
-  width = cohort.resolve_width(hparams.client_width) or cap
+  width = client_map.resolve_width(hparams.client_width) or cap
   example = math.prod(task.feature_shape) * 4
   spec = local.LocalSpec(world.max_steps, hparams.batch_size)
   ahead = (min(local.GATHER_BUDGET, min(width, cap) * spec.max_steps * spec.batch_size * example)
