@@ -199,13 +199,14 @@ def train_cohort(task, world, params, ids, key, *, opt: optax.GradientTransforma
     width = client_map.resolve_width(-1, client_map.is_convolutional(shapes))
   at_once = width or ids.shape[0]
   client_keys = keys.per_client(keys.for_purpose(key, "local_train"), ids)
-  # The whole cohort's minibatch positions in one vmap when they fit the budget: the
+  # The cohort's minibatch positions in one vmap (`map_clients`'s prepare: under
+  # `sharded_over`, each device draws its own rows') when they fit the budget: the
   # shuffle's small sequential steps then run once for all clients, not once per chunk.
   # Otherwise each client draws its own inside `train`.
-  draws = ()
+  prepare = None
   if positions_bytes(ids.shape[0], spec) <= GATHER_BUDGET:
-    draws = client_map.map_clients(lambda i, k: step_positions(
-        k, task.counts[i], spec=spec, max_count=task.max_count), ids, client_keys, width=0)
+    prepare = lambda i, k, *_: step_positions(k, task.counts[i], spec=spec,
+                                              max_count=task.max_count)
 
   def one(i, k, start, *drawn):
     fn = loss_fn
@@ -218,12 +219,13 @@ def train_cohort(task, world, params, ids, key, *, opt: optax.GradientTransforma
     return jax.tree.map(jnp.subtract, new, start), loss
 
   if per_client_start:
-    fn, args = one, (ids, client_keys, params, *draws)
+    fn, args = one, (ids, client_keys, params)
   else:
-    fn, args = (lambda i, k, *drawn: one(i, k, params, *drawn)), (ids, client_keys, *draws)
+    fn, args = (lambda i, k, *drawn: one(i, k, params, *drawn)), (ids, client_keys)
   work = jnp.maximum(world.client_steps[ids], 1)
   if valid is not None:
     work = jnp.where(valid, work, 0)
   if sum_weights is None:
-    return client_map.map_clients(fn, *args, width=width, work=work)
-  return client_map.map_clients_sum(fn, sum_weights, *args, width=width, work=work)
+    return client_map.map_clients(fn, *args, width=width, work=work, prepare=prepare)
+  return client_map.map_clients_sum(fn, sum_weights, *args, width=width, work=work,
+                                    prepare=prepare)
