@@ -236,6 +236,9 @@ def test_slab_split_over_devices_deals_the_work_evenly(tmp_path):
   assert int(two["devices"]) == 2
   assert int(one["steps"]) == 2 * 28  # the map and the sum, 2 x (8 + 3 + 2 + 1) each
   assert int(two["steps"]) == 2 * (2 * (8 + 2) + 2 * (4 + 2))
+  # One psum (an all-reduce per leaf: the sum's weight and bias, the losses) puts a summed
+  # cohort together; no all-gather (each device draws its own rows' minibatches).
+  assert (int(two["all_reduces"]), int(two["all_gathers"])) == (3, 0)
   for name in one.files:
     if name.startswith(("d_", "losses")):
       np.testing.assert_array_equal(one[name], two[name])

@@ -30,14 +30,15 @@ def is_convolutional(params) -> bool:
   return any(len(leaf.shape) >= 4 for leaf in jax.tree.leaves(params))
 
 
-def map_clients(fn, *args, width: int = -1, work=None):
+def map_clients(fn, *args, width: int = -1, work=None, prepare=None):
   """Maps ``fn`` over the leading (client) axis of ``args``.
 
   width 0 vmaps the whole cohort; width k runs a loop over chunks of k vmapped
   clients (``lax.map`` with ``batch_size``); -1 picks by backend. The numbers agree
   up to float rounding; the speed does not: XLA:CPU runs batched dots slowly and on
   one core, so small widths win there. Under `sharded_over`, each device of the
-  axis maps its own slice of the cohort and the results are all-gathered.
+  axis maps its own slice of the cohort and the results are put together with one
+  psum (each row is one device's value plus zeros: exact).
 
   ``work`` ([clients] int, optional) makes the cost follow the work: a row with work
   0 (a padding row of the cohort slab) is not computed and its outputs are zeros;
@@ -48,87 +49,79 @@ def map_clients(fn, *args, width: int = -1, work=None):
   round-robin in that order, so that every device gets the same share of the work.
   With width 0 the whole cohort is still vmapped (padding rows computed, their
   outputs zeroed): one wide step per local step is what an accelerator wants.
+
+  ``prepare`` (optional) maps a row's ``args`` to a tuple of extra per-row arguments of
+  ``fn``, computed vmapped over all the rows at hand before the chunks (under
+  `sharded_over`, over this device's rows only: no collective to share them).
   """
   axis = client_axis()
   width = resolve_width(width)
   if axis is None:
-    return _map_local(fn, args, width, work)
-  if work is None:
-    mine, _, gather = _this_device(args, *axis)
-    return gather(_map_local(fn, mine, width))
-  n = work.shape[0]
-  order, (args, work) = _dealt((args, work), work, axis[1])
-  (mine, my_work), real, gather = _this_device((args, work), *axis)
-  out = _map_local(fn, mine, width, jnp.where(real, my_work, 0))
-  return _undealt(gather(out), order, n)
+    return _map_local(fn, _prepared(prepare, args), width, work)
+  n = jax.tree.leaves(args)[0].shape[0]
+  rows, mine, my_work = _my_rows(args, work, *axis)
+  out = _map_local(fn, _prepared(prepare, mine), width, my_work)
+  return jax.lax.psum(_scattered(out, rows, n), axis[0])
 
 
-def map_clients_sum(fn, weights: jax.Array, *args, width: int = -1, work=None):
+def map_clients_sum(fn, weights: jax.Array, *args, width: int = -1, work=None,
+                    prepare=None):
   """`map_clients` for an ``fn`` returning (tree, aux) when only sum_i w_i tree_i of the
   trees is needed: (that sum, stacked aux).
 
   The sum accumulates chunk by chunk, so the [clients, ...] stack of trees is never
   written (for FedAvg on the MLP that stack and its all-gather over devices were a
   fifth of a round on CPU); under `sharded_over`, each device sums its own clients and
-  the partial sums are added with psum. It equals `weighted_sum` of `map_clients`'s
-  trees up to the order of float additions. With ``work``, rows of work 0 add nothing
-  and their aux is zeros (`map_clients`).
+  one psum adds the partial sums and puts the aux rows together. It equals
+  `weighted_sum` of `map_clients`'s trees up to the order of float additions. With
+  ``work``, rows of work 0 add nothing and their aux is zeros (`map_clients`).
   """
   axis = client_axis()
   width = resolve_width(width)
   if axis is None:
-    return _sum_local(fn, weights, args, width, work)
-  if work is None:
-    (my_weights, mine), real, gather = _this_device((weights, args), *axis)
-    total, aux = _sum_local(fn, jnp.where(real, my_weights, 0), mine, width)
-    return jax.lax.psum(total, axis[0]), gather(aux)
-  n = work.shape[0]
-  order, (weights, args, work) = _dealt((weights, args, work), work, axis[1])
-  (my_weights, mine, my_work), real, gather = _this_device((weights, args, work), *axis)
-  total, aux = _sum_local(fn, my_weights, mine, width, jnp.where(real, my_work, 0))
-  return jax.lax.psum(total, axis[0]), _undealt(gather(aux), order, n)
+    return _sum_local(fn, weights, _prepared(prepare, args), width, work)
+  n = weights.shape[0]
+  rows, (my_weights, mine), my_work = _my_rows((weights, args), work, *axis)
+  my_weights = jnp.where(rows < n, my_weights, 0)
+  total, aux = _sum_local(fn, my_weights, _prepared(prepare, mine), width, my_work)
+  return jax.lax.psum((total, _scattered(aux, rows, n)), axis[0])
 
 
-def _this_device(args, name: str, size: int):
-  """This device's slice of the leading axis of ``args`` (padded with copies of row 0 to
-  a multiple of ``size``), which of its rows are real, and the all-gather that puts the
-  devices' per-row results back in order."""
+def _prepared(prepare, args):
+  return args if prepare is None else (*args, *jax.vmap(prepare)(*args))
+
+
+def _my_rows(args, work, name: str, size: int):
+  """This device's rows of the leading axis of ``args``: their indices (n for filler
+  past the last row), the rows (filler repeats row n-1) and their work (0 at filler;
+  None without ``work``). Without ``work`` device d holds rows [d*per, (d+1)*per); with
+  it, the rows in `_by_work` order are dealt round-robin: device d holds ranks d,
+  d + size, d + 2 size, ... so every device gets about the same share of the work."""
   n = jax.tree.leaves(args)[0].shape[0]
   per = -(-n // size)
-  pad = lambda a: jnp.concatenate([a, jnp.repeat(a[:1], per * size - n, axis=0)])
-  start = jax.lax.axis_index(name) * per
-  mine = jax.tree.map(lambda a: jax.lax.dynamic_slice_in_dim(pad(a), start, per), args)
-  real = start + jnp.arange(per) < n
-  gather = lambda out: jax.tree.map(
-      lambda o: jax.lax.all_gather(o, name, tiled=True)[:n], out)
-  return mine, real, gather
+  d = jax.lax.axis_index(name)
+  if work is None:
+    rows = d * per + jnp.arange(per)
+  else:
+    ranked = jnp.concatenate([_by_work(work), jnp.full(per * size - n, n, jnp.int32)])
+    rows = ranked[jnp.arange(per) * size + d]
+  rows = jnp.where(rows < n, rows, n)
+  taken = jnp.minimum(rows, n - 1)
+  mine = jax.tree.map(lambda a: a[taken], args)
+  my_work = None if work is None else jnp.where(rows < n, work[taken], 0)
+  return rows, mine, my_work
+
+
+def _scattered(out, rows: jax.Array, n: int):
+  """This device's per-row results at their ``rows`` of [n, ...] zeros (filler dropped)."""
+  return jax.tree.map(
+      lambda o: jnp.zeros((n,) + o.shape[1:], o.dtype).at[rows].set(o, mode="drop"), out)
 
 
 def _by_work(work: jax.Array) -> jax.Array:
   """Row indices in decreasing order of work, ties in row order (stable): for a slab
   with valid rows first and equal work, the identity."""
   return jnp.argsort(-work, stable=True)
-
-
-def _dealt(tree, work: jax.Array, size: int):
-  """The rows of ``tree`` in `_by_work` order dealt round-robin to ``size`` devices:
-  device d's contiguous slice holds ranks d, d + size, d + 2 size, ... Returns the order
-  (row index per position; n for filler past the last row) and the reordered tree,
-  whose last leaf ``work`` is 0 at the filler rows."""
-  n = work.shape[0]
-  per = -(-n // size)
-  ranked = jnp.concatenate([_by_work(work), jnp.full(per * size - n, n, jnp.int32)])
-  order = ranked.reshape(per, size).T.reshape(-1)
-  rows = jnp.minimum(order, n - 1)
-  *rest, _ = tree
-  taken = jax.tree.map(lambda a: a[rows], tuple(rest))
-  return order, (*taken, jnp.where(order < n, work[rows], 0))
-
-
-def _undealt(out, order: jax.Array, n: int):
-  """`_dealt`'s inverse on per-row results: [n, ...] in row order (filler dropped)."""
-  return jax.tree.map(
-      lambda o: jnp.zeros((n,) + o.shape[1:], o.dtype).at[order].set(o, mode="drop"), out)
 
 
 def _sum_local(fn, weights, args, width: int, work=None):

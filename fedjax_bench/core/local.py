@@ -56,7 +56,7 @@ class LocalSpec(NamedTuple):
   sampling: str = "shuffle"
 
 
-def batch_positions(key, step, count, perm, *, batch_size: int, sampling: str):
+def batch_positions(key, step, count, perm, *, batch_size: int, sampling: str, u=None):
   """Positions in [0, count) of local step ``step``'s examples, their weights, and ``perm``.
 
   ``key`` is the client's "local_sampling" key. For shuffled epochs, ``perm`` ([max_count]
@@ -79,7 +79,8 @@ def batch_positions(key, step, count, perm, *, batch_size: int, sampling: str):
     raise ValueError(f"unknown sampling {sampling!r}; valid: {', '.join(SAMPLINGS)}")
   slots = (step % steps_per_epoch) * batch_size + jnp.arange(batch_size)
   valid = slots < count
-  u = jax.random.uniform(step_key, (batch_size,))
+  if u is None:  # the step's uniforms, unless drawn already (`step_positions`)
+    u = jax.random.uniform(step_key, (batch_size,))
   swaps = jnp.minimum(slots + (u * (count - slots)).astype(jnp.int32), count - 1)
   # Invalid slots swap entry 0 with itself: a no-op without a select over all of perm.
   slots_in = jnp.where(valid, slots, 0)
@@ -115,12 +116,19 @@ def step_positions(key, count, *, spec: LocalSpec, max_count: int):
         key, s, count, None, batch_size=spec.batch_size, sampling=spec.sampling))(steps)
     return pos, w
 
-  def step(perm, s):
+  # Every step's uniforms in one vectorized draw, the same numbers as step by step: on CPU
+  # each threefry call is a small while loop, and 2 of them a step in the scan were most
+  # of the draws' time.
+  us = jax.vmap(lambda s: jax.random.uniform(jax.random.fold_in(key, s),
+                                             (spec.batch_size,)))(steps)
+
+  def step(perm, xs):
+    s, u = xs
     pos, w, perm = batch_positions(key, s, count, perm, batch_size=spec.batch_size,
-                                   sampling=spec.sampling)
+                                   sampling=spec.sampling, u=u)
     return perm, (pos, w)
 
-  _, (pos, w) = jax.lax.scan(step, jnp.arange(max_count, dtype=jnp.int32), steps)
+  _, (pos, w) = jax.lax.scan(step, jnp.arange(max_count, dtype=jnp.int32), (steps, us))
   return pos, w
 
 
@@ -199,13 +207,14 @@ def train_cohort(task, world, params, ids, key, *, opt: optax.GradientTransforma
     width = client_map.resolve_width(-1, client_map.is_convolutional(shapes))
   at_once = width or ids.shape[0]
   client_keys = keys.per_client(keys.for_purpose(key, "local_train"), ids)
-  # The whole cohort's minibatch positions in one vmap when they fit the budget: the
+  # The cohort's minibatch positions in one vmap (`map_clients`'s prepare: under
+  # `sharded_over`, each device draws its own rows') when they fit the budget: the
   # shuffle's small sequential steps then run once for all clients, not once per chunk.
   # Otherwise each client draws its own inside `train`.
-  draws = ()
+  prepare = None
   if positions_bytes(ids.shape[0], spec) <= GATHER_BUDGET:
-    draws = client_map.map_clients(lambda i, k: step_positions(
-        k, task.counts[i], spec=spec, max_count=task.max_count), ids, client_keys, width=0)
+    prepare = lambda i, k, *_: step_positions(k, task.counts[i], spec=spec,
+                                              max_count=task.max_count)
 
   def one(i, k, start, *drawn):
     fn = loss_fn
@@ -218,12 +227,13 @@ def train_cohort(task, world, params, ids, key, *, opt: optax.GradientTransforma
     return jax.tree.map(jnp.subtract, new, start), loss
 
   if per_client_start:
-    fn, args = one, (ids, client_keys, params, *draws)
+    fn, args = one, (ids, client_keys, params)
   else:
-    fn, args = (lambda i, k, *drawn: one(i, k, params, *drawn)), (ids, client_keys, *draws)
+    fn, args = (lambda i, k, *drawn: one(i, k, params, *drawn)), (ids, client_keys)
   work = jnp.maximum(world.client_steps[ids], 1)
   if valid is not None:
     work = jnp.where(valid, work, 0)
   if sum_weights is None:
-    return client_map.map_clients(fn, *args, width=width, work=work)
-  return client_map.map_clients_sum(fn, sum_weights, *args, width=width, work=work)
+    return client_map.map_clients(fn, *args, width=width, work=work, prepare=prepare)
+  return client_map.map_clients_sum(fn, sum_weights, *args, width=width, work=work,
+                                    prepare=prepare)

@@ -1,6 +1,6 @@
 """Trains test_local's padded slab (unequal tau) with its cohort split over the devices of a
 "clients" mesh axis, as the engine does; saves deltas, losses, the weighted sum and the
-client-steps executed (for subprocess tests).
+client-steps executed, and the collectives of a summed cohort (for subprocess tests).
 
 usage: cohort_probe.py OUT.npz
 """
@@ -45,7 +45,17 @@ def main(out):
                             out_specs=PartitionSpec(), check_vma=False))
   deltas, losses, total = jax.block_until_ready(f(params))
   jax.effects_barrier()
+
+  def summed(p):  # the collectives of one summed cohort
+    with cohort.sharded_over("clients", jax.device_count()):
+      return local.train_cohort(task, world, p, c.ids, jax.random.PRNGKey(4), opt=optax.sgd(0.3),
+                                batch_size=4, sampling="replacement", width=2,
+                                valid=c.valid, sum_weights=weights)
+
+  hlo = jax.jit(jax.shard_map(summed, mesh=mesh, in_specs=PartitionSpec(),
+                              out_specs=PartitionSpec(), check_vma=False)).lower(params).as_text()
   np.savez(out, devices=jax.device_count(), steps=steps[0], losses=np.asarray(losses),
+           all_reduces=hlo.count("all_reduce"), all_gathers=hlo.count("all_gather"),
            **{f"d_{i}": np.asarray(a) for i, a in enumerate(jax.tree.leaves(deltas))},
            **{f"t_{i}": np.asarray(a) for i, a in enumerate(jax.tree.leaves(total))})
 
