@@ -154,16 +154,12 @@ def cohorts_markdown(rows, env) -> str:
            "| m of N | ours | FedJAX | ratio | target | met? | load |",
            "|---|---:|---:|---:|---:|:---:|---:|"]
   for r in rows:
-    target = "—" if r["target"] is None else f">= {r['target']:g}x"
-    met = "—" if r["met"] is None else ("yes" if r["met"] else "no")
+    target, met = _target_cells(r)
     lines.append(f"| {r['clients_per_round']:,} of {r['population']:,} | "
                  f"{r['ours']['client_steps_per_second']:,.0f} | "
                  f"{r['fedjax']['client_steps_per_second']:,.0f} | {r['ratio']:.1f}x | "
                  f"{target} | {met} | {r['loadavg'][0]:.2f} |")
-  lines += ["", f"Machine: {env['cpu_count']} CPUs ({env['cpu_model']}); ours jax {env['jax']} "
-            f"on {env['devices']}; FedJAX on jax {env['fedjax_jax']} (one CPU device); "
-            f"1-minute load average {env['loadavg_before'][0]:.2f} before, "
-            f"{env['loadavg_after'][0]:.2f} after (the load column: after each row).", ""]
+  lines += ["", _machine(env, " (the load column: after each row)"), ""]
   return "\n".join(lines)
 
 
@@ -229,16 +225,26 @@ def markdown(rows, env) -> str:
            "|---|---|---:|---:|---:|---:|---:|:---:|"]
   for r in rows:
     o, f = r["ours"], r["fedjax"]
-    target = "—" if r["target"] is None else f">= {r['target']:g}x"
-    met = "—" if r["met"] is None else ("yes" if r["met"] else "no")
+    target, met = _target_cells(r)
     lines.append(f"| {r['workload']} | {f['model']}, {f['batch_size']} | {o['params']:,} "
                  f"(FedJAX {f['params']:,}) | {o['client_steps_per_second']:,.0f} | "
                  f"{f['client_steps_per_second']:,.0f} | {r['ratio']:.1f}x | {target} | {met} |")
-  lines += ["", f"Machine: {env['cpu_count']} CPUs ({env['cpu_model']}); ours jax {env['jax']} "
-            f"on {env['devices']}; FedJAX on jax {env['fedjax_jax']} (one CPU device); "
-            f"1-minute load average {env['loadavg_before'][0]:.2f} before, "
-            f"{env['loadavg_after'][0]:.2f} after.", ""]
+  lines += ["", _machine(env), ""]
   return "\n".join(lines)
+
+
+def _target_cells(row) -> tuple[str, str]:
+  """The target and met? cells of a row (dashes where a workload has no target)."""
+  target = "—" if row["target"] is None else f">= {row['target']:g}x"
+  met = "—" if row["met"] is None else ("yes" if row["met"] else "no")
+  return target, met
+
+
+def _machine(env, load_note: str = "") -> str:
+  return (f"Machine: {env['cpu_count']} CPUs ({env['cpu_model']}); ours jax {env['jax']} "
+          f"on {env['devices']}; FedJAX on jax {env['fedjax_jax']} (one CPU device); "
+          f"1-minute load average {env['loadavg_before'][0]:.2f} before, "
+          f"{env['loadavg_after'][0]:.2f} after{load_note}.")
 
 
 if __name__ == "__main__":

@@ -76,18 +76,27 @@ def clients(seed, num_clients=NUM_CLIENTS):
   return out
 
 
-def run(name, rounds, repeats, data):
-  model_name, batch, default_rounds, clients = WORKLOADS[name]
-  data = data[:clients]
-  rounds = rounds or default_rounds
+def fedavg(model_name, batch):
+  """FedJAX's FedAvg (client SGD at CLIENT_LR, server SGD at 1, LOCAL_STEPS shuffled
+  steps): (algorithm, initial params, initial state)."""
   m = model(model_name)
   algorithm = fedjax.algorithms.fed_avg.federated_averaging(
       fedjax.model_grad(m), fedjax.optimizers.sgd(CLIENT_LR), fedjax.optimizers.sgd(1.0),
       fedjax.ShuffleRepeatBatchHParams(batch_size=batch, num_epochs=None,
                                        num_steps=LOCAL_STEPS, seed=0))
   params = m.init(jax.random.PRNGKey(0))
-  state = algorithm.init(params)
-  ready = lambda s: jax.tree_util.tree_map(lambda a: a.block_until_ready(), s.params)
+  return algorithm, params, algorithm.init(params)
+
+
+def ready(state):
+  jax.tree_util.tree_map(lambda a: a.block_until_ready(), state.params)
+
+
+def run(name, rounds, repeats, data):
+  model_name, batch, default_rounds, clients = WORKLOADS[name]
+  data = data[:clients]
+  rounds = rounds or default_rounds
+  algorithm, params, state = fedavg(model_name, batch)
   t0 = time.perf_counter()
   state, _ = algorithm.apply(state, data)
   ready(state)
@@ -121,14 +130,7 @@ def run_cohort(name, rounds, repeats, seed, interleave=False):
        for cid, ds, _ in clients(seed, n)})
   sampler = fedjax.client_samplers.UniformGetClientSampler(fd, m, seed)
   batch = WORKLOADS["w1"][1]
-  mdl = model("logreg")
-  algorithm = fedjax.algorithms.fed_avg.federated_averaging(
-      fedjax.model_grad(mdl), fedjax.optimizers.sgd(CLIENT_LR), fedjax.optimizers.sgd(1.0),
-      fedjax.ShuffleRepeatBatchHParams(batch_size=batch, num_epochs=None,
-                                       num_steps=LOCAL_STEPS, seed=0))
-  params = mdl.init(jax.random.PRNGKey(0))
-  state = algorithm.init(params)
-  ready = lambda s: jax.tree_util.tree_map(lambda a: a.block_until_ready(), s.params)
+  algorithm, params, state = fedavg("logreg", batch)
   t0 = time.perf_counter()
   state, _ = algorithm.apply(state, sampler.sample())
   ready(state)
