@@ -30,17 +30,17 @@ def is_convolutional(params) -> bool:
   return any(len(leaf.shape) >= 4 for leaf in jax.tree.leaves(params))
 
 
-def map_clients(fn, *args, width: int = -1, work=None, prepare=None):
+def map_clients(fn, *args, work: jax.Array, width: int = -1, prepare=None):
   """Maps ``fn`` over the leading (client) axis of ``args``.
 
   width 0 vmaps the whole cohort; width k runs a loop over chunks of k vmapped
-  clients (``lax.map`` with ``batch_size``); -1 picks by backend. The numbers agree
+  clients; -1 picks by backend. The numbers agree
   up to float rounding; the speed does not: XLA:CPU runs batched dots slowly and on
   one core, so small widths win there. Under `sharded_over`, each device of the
   axis maps its own slice of the cohort and the results are put together with one
   psum (each row is one device's value plus zeros: exact).
 
-  ``work`` ([clients] int, optional) makes the cost follow the work: a row with work
+  ``work`` ([clients] int) makes the cost follow the work: a row with work
   0 (a padding row of the cohort slab) is not computed and its outputs are zeros;
   the others run in decreasing order of work, k at a time, in a `lax.while_loop`
   that stops after the last chunk holding work (`_by_work`). A chunk then holds rows
@@ -57,14 +57,14 @@ def map_clients(fn, *args, width: int = -1, work=None, prepare=None):
   axis = client_axis()
   width = resolve_width(width)
   if axis is None:
-    return _map_local(fn, _prepared(prepare, args), width, work)
+    return _busy_chunks(fn, _prepared(prepare, args), width, work)
   n = jax.tree.leaves(args)[0].shape[0]
   rows, mine, my_work = _my_rows(args, work, *axis)
-  out = _map_local(fn, _prepared(prepare, mine), width, my_work)
+  out = _busy_chunks(fn, _prepared(prepare, mine), width, my_work)
   return jax.lax.psum(_scattered(out, rows, n), axis[0])
 
 
-def map_clients_sum(fn, weights: jax.Array, *args, width: int = -1, work=None,
+def map_clients_sum(fn, weights: jax.Array, *args, work: jax.Array, width: int = -1,
                     prepare=None):
   """`map_clients` for an ``fn`` returning (tree, aux) when only sum_i w_i tree_i of the
   trees is needed: (that sum, stacked aux).
@@ -73,17 +73,17 @@ def map_clients_sum(fn, weights: jax.Array, *args, width: int = -1, work=None,
   written (for FedAvg on the MLP that stack and its all-gather over devices were a
   fifth of a round on CPU); under `sharded_over`, each device sums its own clients and
   one psum adds the partial sums and puts the aux rows together. It equals
-  `weighted_sum` of `map_clients`'s trees up to the order of float additions. With
-  ``work``, rows of work 0 add nothing and their aux is zeros (`map_clients`).
+  `weighted_sum` of `map_clients`'s trees up to the order of float additions. Rows of
+  work 0 add nothing and their aux is zeros (`map_clients`).
   """
   axis = client_axis()
   width = resolve_width(width)
   if axis is None:
-    return _sum_local(fn, weights, _prepared(prepare, args), width, work)
+    return _busy_chunks(fn, _prepared(prepare, args), width, work, weights)
   n = weights.shape[0]
   rows, (my_weights, mine), my_work = _my_rows((weights, args), work, *axis)
   my_weights = jnp.where(rows < n, my_weights, 0)
-  total, aux = _sum_local(fn, my_weights, _prepared(prepare, mine), width, my_work)
+  total, aux = _busy_chunks(fn, _prepared(prepare, mine), width, my_work, my_weights)
   return jax.lax.psum((total, _scattered(aux, rows, n)), axis[0])
 
 
@@ -93,22 +93,18 @@ def _prepared(prepare, args):
 
 def _my_rows(args, work, name: str, size: int):
   """This device's rows of the leading axis of ``args``: their indices (n for filler
-  past the last row), the rows (filler repeats row n-1) and their work (0 at filler;
-  None without ``work``). Without ``work`` device d holds rows [d*per, (d+1)*per); with
-  it, the rows in `_by_work` order are dealt round-robin: device d holds ranks d,
+  past the last row), the rows (filler repeats row n-1) and their work (0 at filler).
+  The rows in `_by_work` order are dealt round-robin: device d holds ranks d,
   d + size, d + 2 size, ... so every device gets about the same share of the work."""
   n = jax.tree.leaves(args)[0].shape[0]
   per = -(-n // size)
   d = jax.lax.axis_index(name)
-  if work is None:
-    rows = d * per + jnp.arange(per)
-  else:
-    ranked = jnp.concatenate([_by_work(work), jnp.full(per * size - n, n, jnp.int32)])
-    rows = ranked[jnp.arange(per) * size + d]
+  ranked = jnp.concatenate([_by_work(work), jnp.full(per * size - n, n, jnp.int32)])
+  rows = ranked[jnp.arange(per) * size + d]
   rows = jnp.where(rows < n, rows, n)
   taken = jnp.minimum(rows, n - 1)
   mine = jax.tree.map(lambda a: a[taken], args)
-  my_work = None if work is None else jnp.where(rows < n, work[taken], 0)
+  my_work = jnp.where(rows < n, work[taken], 0)
   return rows, mine, my_work
 
 
@@ -124,51 +120,11 @@ def _by_work(work: jax.Array) -> jax.Array:
   return jnp.argsort(-work, stable=True)
 
 
-def _sum_local(fn, weights, args, width: int, work=None):
-  if work is not None:
-    return _busy_chunks(fn, args, width, work, weights)
-  n = weights.shape[0]
-  if width == 0 or width >= n:
-    tree, aux = jax.vmap(fn)(*args)
-    return aggregate.weighted_sum(tree, weights), aux
-  k = max(width, 1)
-  full = n - n % k
-  chunk = lambda a: a[:full].reshape((full // k, k) + a.shape[1:])
-
-  def mapped(*chunk_args):  # one client at a time without a size-1 vmap (see map_clients)
-    if k > 1:
-      return jax.vmap(fn)(*chunk_args)
-    return jax.tree.map(lambda o: o[None], fn(*jax.tree.map(lambda a: a[0], chunk_args)))
-
-  def body(total, xs):
-    w, chunk_args = xs
-    tree, aux = mapped(*chunk_args)
-    return jax.tree.map(jnp.add, total, aggregate.weighted_sum(tree, w)), aux
-
-  shapes = jax.eval_shape(fn, *jax.tree.map(lambda a: a[0], args))[0]
-  zero = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
-  total, aux = jax.lax.scan(body, zero, (chunk(weights), jax.tree.map(chunk, args)))
-  aux = jax.tree.map(lambda a: a.reshape((full,) + a.shape[2:]), aux)
-  if full < n:
-    tree, rest = jax.vmap(fn)(*jax.tree.map(lambda a: a[full:], args))
-    total = jax.tree.map(jnp.add, total, aggregate.weighted_sum(tree, weights[full:]))
-    aux = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), aux, rest)
-  return total, aux
-
-
-def _map_local(fn, args, width: int, work=None):
-  if work is not None:
-    return _busy_chunks(fn, args, width, work)
-  if width == 0:
-    return jax.vmap(fn)(*args)
-  return jax.lax.map(lambda a: fn(*a), args, batch_size=width if width > 1 else None)
-
-
 def _busy_chunks(fn, args, width: int, work, weights=None):
-  """`_map_local` (``weights`` None) or `_sum_local` that computes only the rows with
-  work > 0: chunks of ``width`` rows in `_by_work` order, in a while loop that stops
-  after the last chunk holding work (under a vmap over runs it runs until every run is
-  done). A chunk's results are written to their rows in the loop, so nothing is stored
+  """`map_clients` (``weights`` None) or `map_clients_sum` on one device's rows, computing
+  only the rows with work > 0: chunks of ``width`` rows in `_by_work` order, in a while
+  loop that stops after the last chunk holding work (under a vmap over runs it runs until
+  every run is done). A chunk's results are written to their rows in the loop, so nothing is stored
   in sorted order; rows without work keep zeros and add nothing to the sum."""
   n = work.shape[0]
   live = work > 0
