@@ -41,10 +41,13 @@ PINS = ["jax==0.4.30", "jaxlib==0.4.30", "dm-haiku==0.0.12", "optax==0.2.2", "ch
         "numpy<2.1", "fedjax==0.0.17"]
 TARGETS = {"w1": 10.0, "w2": 2.5, "c10": 10.0}
 PEER_WORKLOADS = ("w1", "w2", "w3")
-# name -> (clients per round m, population N, our rounds per repeat: about 0.3 s on a
-# 2-core CPU; FedJAX's are fedjax_workloads.COHORTS's)
-COHORTS = {"c1": (1, 100, 1000), "c10": (10, 100, 300), "c100": (100, 100, 30),
-           "c1000": (1000, 1000, 5)}
+# name -> (clients per round m, population N, our rounds per repeat). A repeat of ours
+# lasts about as long as one of FedJAX's (fedjax_workloads.COHORTS: 0.7-1.2 s on a 2-core
+# CPU), so whatever a switch between the two processes costs weighs about the same on
+# both (BUILD_NOTES.md, "Speed": c10 9.4x with 0.25 s blocks of ours, 10.1x and 9.2x with
+# 0.75 s blocks, each side alone 10.3x; the spread, not the block length, decides).
+COHORTS = {"c1": (1, 100, 4000), "c10": (10, 100, 1000), "c100": (100, 100, 100),
+           "c1000": (1000, 1000, 10)}
 
 
 def ensure_venv(venv: str) -> str:
