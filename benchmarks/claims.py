@@ -1,0 +1,159 @@
+"""Every paper's claims, checked from its runs (`fedjax_bench.claims`).
+
+  python benchmarks/claims.py --check            # committed reports = what the runs give
+  python benchmarks/claims.py --list [PAPER ...]  # each claim's verdict, each run's state
+  python benchmarks/claims.py PAPER [--claim=ID] [--force]
+      # makes PAPER's missing and stale runs (or claim ID's), then writes its REPORT.md
+
+A paper is declared in benchmarks/papers/PAPER.py: its runs (settings, seeds) and its
+claims (the paper's statement and number, the test that gives the verdict). Runs are
+cached in results/PAPER/runs/, one JSON file each, with the key of their configuration
+and the hashes of the library code they ran on; a run whose configuration or code
+changed is stale: `PAPER` reruns it before writing the report. `--check` reads files
+only (the default test suite runs it): it fails when a report is not what the runs give
+or a run is missing or of another configuration, and warns about runs made on code that
+changed since (`--strict`: fails on them too), so a library change does not wait on
+hours of reruns, and the warning says which reports to regenerate.
+"""
+
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+
+from fedjax_bench import host_devices  # noqa: E402
+
+host_devices.use_all_cores()
+
+from absl import flags  # noqa: E402
+
+from fedjax_bench import cli, results  # noqa: E402
+from fedjax_bench.claims import paper as paper_lib, store  # noqa: E402
+from fedjax_bench.errors import UsageError  # noqa: E402
+import papers  # noqa: E402  (benchmarks/papers/)
+
+flags.DEFINE_bool("check", False, "Fail if a committed REPORT.md differs from what its "
+                  "committed runs produce, or a run is missing or of another "
+                  "configuration; runs made on code changed since are a warning.")
+flags.DEFINE_bool("strict", False, "With --check, runs made on code changed since fail too.")
+flags.DEFINE_bool("list", False, "Print each claim's verdict and each run's state.")
+flags.DEFINE_string("claim", "", "Only this claim's runs (with a PAPER).")
+flags.DEFINE_bool("force", False, "Rerun the runs even when fresh.")
+flags.DEFINE_string("results_dir", os.path.join(os.path.dirname(HERE), "results"),
+                    "Where results/PAPER/ lives.")
+FLAGS = flags.FLAGS
+
+
+def chosen(names) -> list:
+  unknown = [n for n in names if n not in papers.PAPERS]
+  if unknown:
+    raise UsageError(f"unknown paper {unknown[0]!r}; valid: {', '.join(papers.PAPERS)}")
+  return [papers.PAPERS[n] for n in (names or papers.PAPERS)]
+
+
+def records_of(p, root: str) -> dict:
+  out = {}
+  for r in p.runs:
+    rec = store.load(p.runs_dir(root), r)
+    if rec is not None:
+      out[r.name] = rec
+  return out
+
+
+def report_path(p, root: str) -> str:
+  return os.path.join(p.directory(root), "REPORT.md")
+
+
+def states(p, records) -> dict:
+  """{run name: state} of the runs the claims read."""
+  return {r.name: store.status(records.get(r.name), r) for r in p.claim_runs()}
+
+
+def check(ps, root: str, strict: bool) -> int:
+  bad = 0
+  for p in ps:
+    records = records_of(p, root)
+    st = states(p, records)
+    problems = [f"run {n}: {s}" for n, s in st.items()
+                if s != "fresh" and (strict or not s.startswith("code changed"))]
+    for n, s in st.items():
+      if s.startswith("code changed") and not strict:
+        print(f"{p.name}: warning: run {n} is stale, {s} "
+              f"(python benchmarks/claims.py {p.name} reruns it)")
+    path = report_path(p, root)
+    if not problems:
+      want = paper_lib.render(p, records)
+      have = open(path).read() if os.path.exists(path) else None
+      if have != want:
+        problems.append(f"{path} differs from what its runs produce "
+                        f"(python benchmarks/claims.py {p.name})")
+    for line in problems:
+      print(f"{p.name}: {line}")
+    print(f"{p.name}: {'FAILED' if problems else 'ok'}")
+    bad += bool(problems)
+  return 1 if bad else 0
+
+
+def listing(ps, root: str) -> int:
+  for p in ps:
+    records = records_of(p, root)
+    st = states(p, records)
+    print(f"{p.name}: {len(p.claims)} claims, {len(st)} runs "
+          f"({sum(s == 'fresh' for s in st.values())} fresh)")
+    for c in p.claims:
+      runs = c.test.runs() if c.test is not None else ()
+      if all(st.get(r) == "fresh" for r in runs):
+        o = c.outcome(records)
+        print(f"  {c.id:<14} {o.verdict:<15} {o.ours} {o.interval}")
+      else:
+        print(f"  {c.id:<14} {'(runs missing or stale)':<15}")
+    for n, s in st.items():
+      if s != "fresh":
+        print(f"  run {n}: {s}")
+  return 0
+
+
+def make(p, root: str, claim_id: str, force: bool) -> int:
+  if claim_id and claim_id not in {c.id for c in p.claims}:
+    raise UsageError(f"unknown claim {claim_id!r} of {p.name}; valid: "
+                     + ", ".join(c.id for c in p.claims))
+  runs = p.claim_runs(claim_id or None)
+  todo = [r for r in runs if force or store.status(store.load(p.runs_dir(root), r), r) != "fresh"]
+  print(f"{p.name}: {len(runs)} runs, {len(todo)} to make", flush=True)
+  for i, r in enumerate(todo):
+    print(f"[{i + 1}/{len(todo)}] {r.name}", flush=True)
+    store.execute(p.runs_dir(root), r)
+  records = records_of(p, root)
+  stale = {n: s for n, s in states(p, records).items() if s != "fresh"}
+  if stale:  # only with --claim: the others' runs were not made
+    print(f"{p.name}: REPORT.md not written, {len(stale)} runs not fresh "
+          f"(python benchmarks/claims.py {p.name})")
+  else:
+    results.atomic_write_text(report_path(p, root), paper_lib.render(p, records))
+    paper_lib.plot(p, records, root)
+    print(f"wrote {report_path(p, root)}")
+  for c in p.claims:
+    if claim_id in ("", c.id) and all(n in records for n in
+                                      (c.test.runs() if c.test is not None else ())):
+      o = c.outcome(records)
+      print(f"  {c.id:<14} {o.verdict:<15} {o.ours} {o.interval}")
+  return 0
+
+
+def main(argv) -> int:
+  names = argv[1:]
+  root = FLAGS.results_dir
+  if FLAGS.check:
+    return check(chosen(names), root, FLAGS.strict)
+  if FLAGS.list:
+    return listing(chosen(names), root)
+  if len(names) != 1:
+    raise UsageError("name one paper to run (valid: " + ", ".join(papers.PAPERS)
+                     + "), or pass --check or --list")
+  return make(chosen(names)[0], root, FLAGS.claim, FLAGS.force)
+
+
+if __name__ == "__main__":
+  cli.run_script(main)

@@ -1,0 +1,5 @@
+"""The papers whose claims `benchmarks/claims.py` checks, each declared in its module."""
+
+from papers import fedawe
+
+PAPERS = {p.name: p for p in (fedawe.PAPER,)}

@@ -1,0 +1,10 @@
+"""Claims as code: each paper declares its runs and claims (benchmarks/papers/); runs are
+cached by configuration and code (`store`), verdicts computed (`verdicts`) and the
+report generated (`paper.render`). Driven by `benchmarks/claims.py`."""
+
+from fedjax_bench.claims.paper import Curve, Figure, Paper, plot, render
+from fedjax_bench.claims.store import Run
+from fedjax_bench.claims.verdicts import AtLeast, AtMost, Claim, Difference, Equivalent, Metric
+
+__all__ = ["AtLeast", "AtMost", "Claim", "Curve", "Difference", "Equivalent", "Figure",
+           "Metric", "Paper", "Run", "plot", "render"]

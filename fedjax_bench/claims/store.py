@@ -1,0 +1,155 @@
+"""A paper's runs, cached as JSON by configuration and by the code that produced them.
+
+A `Run` is settings by flag name (what `fedjax_bench.run` takes), seeds and an optional
+sweep. Its record holds every evaluated metric per round, grid point and seed, the key
+of its resolved configuration and the hashes of the library's source files that were
+loaded when it ran. A record is fresh when both still match: a changed configuration or
+a changed source file makes it stale, and a stale record is rerun, never reported
+(`status`, `benchmarks/claims.py`).
+"""
+
+import dataclasses
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from typing import Any, Mapping, Optional
+
+import fedjax_bench
+from fedjax_bench import results
+
+PACKAGE_DIR = os.path.dirname(os.path.abspath(fedjax_bench.__file__))
+# Modules that shape no number of a run: how results are presented and checked.
+NOT_CODE = ("claims/", "cli.py", "tensorboard.py", "compile_cache.py", "__main__.py")
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+  name: str                       # unique within its paper, also its file name
+  settings: Mapping[str, Any]     # flag name -> value, as fedjax_bench.run takes them
+  seeds: tuple[int, ...] = (0, 1, 2)
+  sweep: Mapping[str, tuple] = dataclasses.field(default_factory=dict)
+
+  def command(self) -> str:
+    """The command line that makes this run."""
+    args = [f"--{k}={_flag_value(v)}" for k, v in self.settings.items()]
+    args.append(f"--seeds={','.join(map(str, self.seeds))}")
+    args += [f"--sweep={k}:{','.join(map(str, v))}" for k, v in self.sweep.items()]
+    return "python benchmarks/run.py " + " ".join(args)
+
+
+def _flag_value(v) -> str:
+  if isinstance(v, bool):
+    return "true" if v else "false"
+  if isinstance(v, (list, tuple)):
+    return ",".join(map(str, v))
+  return str(v)
+
+
+def config_key(run: Run) -> str:
+  """Hash of every setting that shapes the run's numbers (api.run_fingerprint, rounds
+  included), its seeds and grid: equal keys, equal numbers."""
+  from fedjax_bench import api
+  cfg, seeds, grid = api.prepare(seeds=list(run.seeds), sweep=dict(run.sweep), **run.settings)
+  fp = {**api.run_fingerprint(cfg, seeds, grid), "rounds": cfg.eval.rounds,
+        "eval_every": cfg.eval.eval_every}
+  return hashlib.sha256(json.dumps(fp, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def file_hash(path: str) -> str:
+  with open(path, "rb") as f:
+    return hashlib.sha256(f.read()).hexdigest()[:16]
+
+
+def loaded_code() -> dict[str, str]:
+  """{path relative to the package: hash} of the library's modules loaded now."""
+  out = {}
+  for module in list(sys.modules.values()):
+    path = getattr(module, "__file__", None) or ""
+    if not path.startswith(PACKAGE_DIR + os.sep) or not path.endswith(".py"):
+      continue
+    rel = os.path.relpath(path, PACKAGE_DIR).replace(os.sep, "/")
+    if not rel.startswith(NOT_CODE):
+      out[rel] = file_hash(path)
+  return dict(sorted(out.items()))
+
+
+def changed_code(code: Mapping[str, str]) -> list[str]:
+  """The recorded source files that differ now (or are gone)."""
+  changed = []
+  for rel, digest in code.items():
+    path = os.path.join(PACKAGE_DIR, rel)
+    if not os.path.exists(path) or file_hash(path) != digest:
+      changed.append(rel)
+  return changed
+
+
+def path(runs_dir: str, run: Run) -> str:
+  return os.path.join(runs_dir, re.sub(r"[^A-Za-z0-9_.=-]+", "_", run.name) + ".json")
+
+
+def load(runs_dir: str, run: Run) -> Optional[dict]:
+  p = path(runs_dir, run)
+  if not os.path.exists(p):
+    return None
+  with open(p) as f:
+    return json.load(f)
+
+
+def status(record: Optional[dict], run: Run, key: Optional[str] = None) -> str:
+  """"fresh", "missing", "configuration changed" or "code changed: FILES"."""
+  if record is None:
+    return "missing"
+  if record["key"] != (key or config_key(run)):
+    return "configuration changed"
+  changed = changed_code(record["code"])
+  if changed:
+    return "code changed: " + ", ".join(changed)
+  return "fresh"
+
+
+def execute(runs_dir: str, run: Run, log=print) -> dict:
+  """Runs ``run`` and writes its record (atomically: an interrupted run leaves the old)."""
+  from fedjax_bench import api
+  t0 = time.perf_counter()
+  result = api.run(seeds=list(run.seeds), sweep=dict(run.sweep) or None, progress=False,
+                   **run.settings)
+  seconds = time.perf_counter() - t0
+  curves = result.curves
+  record = {
+      "name": run.name, "key": config_key(run), "settings": dict(run.settings),
+      "seeds": list(run.seeds), "grid": result.grid,
+      "rounds": [int(r) for r in curves["round"]],
+      "metrics": {k: _rounded(v) for k, v in curves.items() if k != "round"},
+      "diverged": result.diverged, "seconds": round(seconds, 1),
+      "code": loaded_code(), "commit": _commit(), "environment": _environment(),
+  }
+  os.makedirs(runs_dir, exist_ok=True)
+  results.atomic_write_json(path(runs_dir, run), record)
+  log(f"  ran {run.name} ({seconds:.0f} s)")
+  return record
+
+
+def _rounded(values) -> list:
+  """[E, G, S] floats as JSON (non-finite as None), to 7 significant digits."""
+  import numpy as np
+  arr = np.asarray(values, dtype=np.float64)
+  return [[[float(f"{x:.7g}") if np.isfinite(x) else None for x in point] for point in row]
+          for row in arr]
+
+
+def _commit() -> str:
+  try:
+    out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                         text=True, cwd=PACKAGE_DIR, timeout=10)
+    return out.stdout.strip()
+  except (OSError, subprocess.SubprocessError):
+    return ""
+
+
+def _environment() -> dict:
+  info = results.environment_info()
+  return {k: info[k] for k in ("jax", "jaxlib", "platform", "devices") if k in info}

@@ -1,0 +1,225 @@
+"""Claims declared, verdicts computed.
+
+A claim names the paper's statement and number, and a test: which per-seed values it
+compares (a `Metric` of one run), the statistic (the mean, paired per seed when two runs
+share seeds and so randomness, with a two-sided Student-t confidence interval over seeds)
+and its margin. The verdict follows from those numbers alone:
+
+* `Difference(a, b, margin)`, the paper's "a beats b" (by at least ``margin``):
+  reproduced when the interval of mean(a - b) lies above 0 and the mean reaches
+  ``margin``; contradicted when the interval lies below 0; direction only when the mean
+  is above 0 otherwise; not reproduced when it is not.
+* `Equivalent(a, b, within)`, the paper's "a matches b": reproduced when the interval
+  of mean(a - b) lies within ±``within``; contradicted when it lies wholly outside it;
+  not reproduced otherwise.
+* `AtLeast(a, value)` / `AtMost(a, value)`: the interval of mean(a) above (below) the
+  value: reproduced; wholly on the other side: contradicted; the mean on the right
+  side: direction only; otherwise not reproduced.
+* `NotAttempted(reason)`.
+
+Prose may explain a verdict, never change it: the report prints these.
+"""
+
+import dataclasses
+from typing import Optional, Sequence
+
+import numpy as np
+
+REPRODUCED = "reproduced"
+DIRECTION_ONLY = "direction only"
+NOT_REPRODUCED = "not reproduced"
+CONTRADICTED = "contradicted"
+NOT_ATTEMPTED = "not attempted"
+STALE = "stale"  # only shown by --list: a report is never written from stale runs
+VERDICTS = (REPRODUCED, DIRECTION_ONLY, NOT_REPRODUCED, CONTRADICTED, NOT_ATTEMPTED)
+LEVEL = 0.95
+
+
+@dataclasses.dataclass(frozen=True)
+class Metric:
+  """Per-seed values of one run: ``metric`` times ``scale`` averaged over the evaluations
+  in the last ``window`` rounds (the last evaluation with window 0), or at round ``at``,
+  or with ``reach`` the first evaluated round at which it is at least ``reach`` (NaN
+  if never); ``point`` picks a grid point of a swept run."""
+  run: str
+  metric: str = "test_accuracy"
+  window: int = 0
+  at: Optional[int] = None
+  scale: float = 1.0
+  point: int = 0
+  label: str = ""
+  reach: Optional[float] = None
+
+  def values(self, records: dict) -> np.ndarray:
+    rec = records[self.run]
+    rounds = np.asarray(rec["rounds"])
+    curve = np.asarray(rec["metrics"][self.metric], dtype=np.float64)[:, self.point, :]
+    if self.reach is not None:
+      hit = self.scale * curve >= self.reach  # [E, S]
+      return np.where(hit.any(axis=0), rounds[np.argmax(hit, axis=0)], np.nan)
+    if self.at is not None:
+      hit = np.nonzero(rounds == self.at)[0]
+      if not hit.size:
+        raise ValueError(f"{self.run} has no evaluation at round {self.at}")
+      return self.scale * curve[hit[0]]
+    idx = (np.nonzero(rounds > rounds[-1] - self.window)[0] if self.window
+           else np.array([rounds.size - 1]))
+    return self.scale * curve[idx].mean(axis=0)
+
+  def describe(self) -> str:
+    if self.reach is not None:
+      return f"{self.label or self.run}: first round with {self.metric} ≥ {self.reach:g}"
+    where = (f"at round {self.at}" if self.at is not None else
+             f"mean of the last {self.window} rounds" if self.window else "final")
+    return f"{self.label or self.run}: {self.metric} ({where})"
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+  verdict: str
+  ours: str         # the statistic, e.g. "+2.51"
+  interval: str     # e.g. "[+2.0, +3.0]"
+  n: int
+
+
+def interval(values: Sequence[float], level: float = LEVEL) -> tuple[float, float, float]:
+  """(mean, lo, hi): the two-sided Student-t interval of the mean over ``values``
+  (infinite with one value)."""
+  from scipy import stats
+  v = np.asarray(values, dtype=np.float64)
+  mean = float(v.mean())
+  if v.size < 2:
+    return mean, -np.inf, np.inf
+  half = stats.t.ppf(0.5 + level / 2, v.size - 1) * v.std(ddof=1) / np.sqrt(v.size)
+  return mean, mean - half, mean + half
+
+
+def _fmt(x: float, signed: bool) -> str:
+  if np.isnan(x):
+    return "n/a"
+  if not np.isfinite(x):
+    return "−∞" if x < 0 else "+∞"
+  s = f"{x:+.2f}" if signed else f"{x:.2f}"
+  return s.replace("-", "−")
+
+
+def _outcome(verdict, mean, lo, hi, n, signed) -> Outcome:
+  return Outcome(verdict, _fmt(mean, signed), f"[{_fmt(lo, signed)}, {_fmt(hi, signed)}]", n)
+
+
+def _paired(a: Metric, b: Metric, records) -> np.ndarray:
+  ra, rb = records[a.run], records[b.run]
+  if list(ra["seeds"]) != list(rb["seeds"]):
+    raise ValueError(f"{a.run} and {b.run} do not share seeds: no paired difference")
+  return a.values(records) - b.values(records)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Paired:
+  a: Metric
+  b: Metric
+
+  def runs(self):
+    return (self.a.run, self.b.run)
+
+  def _described(self) -> str:
+    return f"mean paired difference over seeds, {self.a.describe()} − {self.b.describe()}"
+
+  def _interval(self, records):
+    d = _paired(self.a, self.b, records)
+    return (*interval(d), d.size)
+
+
+@dataclasses.dataclass(frozen=True)
+class Difference(_Paired):
+  margin: float = 0.0
+
+  def statistic(self) -> str:
+    return f"{self._described()}; margin {self.margin:g}"
+
+  def outcome(self, records) -> Outcome:
+    mean, lo, hi, n = self._interval(records)
+    if not np.isfinite(mean):
+      verdict = NOT_REPRODUCED
+    elif lo > 0 and mean >= self.margin:
+      verdict = REPRODUCED
+    elif hi < 0:
+      verdict = CONTRADICTED
+    elif mean > 0:
+      verdict = DIRECTION_ONLY
+    else:
+      verdict = NOT_REPRODUCED
+    return _outcome(verdict, mean, lo, hi, n, True)
+
+
+@dataclasses.dataclass(frozen=True)
+class Equivalent(_Paired):
+  within: float = 0.0
+
+  def statistic(self) -> str:
+    return f"{self._described()}; equivalent within ±{self.within:g}"
+
+  def outcome(self, records) -> Outcome:
+    mean, lo, hi, n = self._interval(records)
+    if -self.within <= lo and hi <= self.within:
+      verdict = REPRODUCED
+    elif lo > self.within or hi < -self.within:
+      verdict = CONTRADICTED
+    else:
+      verdict = NOT_REPRODUCED
+    return _outcome(verdict, mean, lo, hi, n, True)
+
+
+@dataclasses.dataclass(frozen=True)
+class AtLeast:
+  a: Metric
+  value: float
+  above: bool = True
+
+  def runs(self):
+    return (self.a.run,)
+
+  def statistic(self) -> str:
+    return f"mean over seeds of {self.a.describe()} {'≥' if self.above else '≤'} {self.value:g}"
+
+  def outcome(self, records) -> Outcome:
+    v = self.a.values(records)
+    mean, lo, hi = interval(v)
+    sign = 1 if self.above else -1
+    near, far = (lo, hi) if self.above else (hi, lo)
+    if sign * (near - self.value) >= 0:
+      verdict = REPRODUCED
+    elif sign * (far - self.value) < 0:
+      verdict = CONTRADICTED
+    elif sign * (mean - self.value) >= 0:
+      verdict = DIRECTION_ONLY
+    else:
+      verdict = NOT_REPRODUCED
+    return _outcome(verdict, mean, lo, hi, v.size, False)
+
+
+def AtMost(a: Metric, value: float) -> AtLeast:  # noqa: N802 (a test, named as one)
+  return AtLeast(a, value, above=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class Claim:
+  """One row of a report: the paper's statement and value, and either a test on our runs
+  or the reason it is not attempted."""
+  id: str
+  statement: str               # the paper's claim, in its words or close to them
+  paper: str                   # the paper's number(s), or "—"
+  test: Optional[object] = None
+  not_attempted: str = ""      # the reason, when there is no test
+  section: str = ""
+  note: str = ""               # prose: explains, never changes the verdict
+
+  def __post_init__(self):
+    if (self.test is None) == (not self.not_attempted):
+      raise ValueError(f"claim {self.id}: give a test or a not_attempted reason, not both")
+
+  def outcome(self, records) -> Outcome:
+    if self.test is None:
+      return Outcome(NOT_ATTEMPTED, "—", "—", 0)
+    return self.test.outcome(records)
+

@@ -1,0 +1,177 @@
+"""Claims as code: verdicts from declared tests, runs cached by configuration and code,
+reports generated and checked (fedjax_bench/claims, benchmarks/claims.py)."""
+
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from fedjax_bench.claims import (AtLeast, AtMost, Claim, Difference, Equivalent, Metric,
+                                 Paper, Run, render)
+from fedjax_bench.claims import store, verdicts
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Student t quantiles t_{0.975, df} from a printed table (df 2, 4).
+T975 = {2: 4.302652729911275, 4: 2.7764451051977987}
+
+
+def record(name, per_seed, seeds=None, rounds=(10, 20)):
+  """A run record whose test_accuracy is per_seed at every evaluation."""
+  v = np.asarray(per_seed, dtype=np.float64)
+  seeds = list(seeds or range(v.size))
+  return {"name": name, "seeds": seeds, "rounds": list(rounds),
+          "metrics": {"test_accuracy": [[list(v)] for _ in rounds]}}
+
+
+def records(**per_seed):
+  return {k: record(k, v) for k, v in per_seed.items()}
+
+
+def test_interval_is_the_student_t_interval_by_hand():
+  v = [1.0, 2.0, 4.0]
+  mean, lo, hi = verdicts.interval(v)
+  sd = np.sqrt(((1 - 7 / 3) ** 2 + (2 - 7 / 3) ** 2 + (4 - 7 / 3) ** 2) / 2)
+  half = T975[2] * sd / np.sqrt(3)
+  assert mean == pytest.approx(7 / 3)
+  assert (lo, hi) == pytest.approx((7 / 3 - half, 7 / 3 + half))
+  assert verdicts.interval([5.0])[1:] == (-np.inf, np.inf)
+
+
+@pytest.mark.parametrize("a, margin, verdict", [
+    ([3.0, 3.2, 2.8, 3.1, 2.9], 1.0, verdicts.REPRODUCED),    # interval > 0, mean >= margin
+    ([3.0, 3.2, 2.8, 3.1, 2.9], 5.0, verdicts.DIRECTION_ONLY),  # > 0 but short of the margin
+    ([1.0, -1.0, 2.0, -0.5, 0.8], 0.0, verdicts.DIRECTION_ONLY),  # mean > 0, interval spans 0
+    ([-0.2, 0.1, -0.3, 0.2, -0.1], 0.0, verdicts.NOT_REPRODUCED),  # mean <= 0, spans 0
+    ([-3.0, -3.2, -2.8, -3.1, -2.9], 0.0, verdicts.CONTRADICTED),  # interval < 0
+])
+def test_difference_verdicts(a, margin, verdict):
+  recs = records(a=a, b=[0.0] * 5)
+  out = Difference(Metric("a"), Metric("b"), margin).outcome(recs)
+  assert out.verdict == verdict
+  d = np.asarray(a)
+  half = T975[4] * d.std(ddof=1) / np.sqrt(5)
+  assert out.ours == f"{d.mean():+.2f}".replace("-", "−")
+  assert out.interval == (f"[{d.mean() - half:+.2f}, {d.mean() + half:+.2f}]"
+                          .replace("-", "−"))
+  assert out.n == 5
+
+
+def test_difference_is_paired_per_seed():
+  # Unpaired, the seeds' spread (±10) hides the +1 gap; paired, every seed gains exactly 1.
+  recs = records(a=[11.0, 21.0, 1.0], b=[10.0, 20.0, 0.0])
+  out = Difference(Metric("a"), Metric("b"), 0.5).outcome(recs)
+  assert out.verdict == verdicts.REPRODUCED and out.interval == "[+1.00, +1.00]"
+  recs["b"]["seeds"] = [3, 4, 5]
+  with pytest.raises(ValueError, match="do not share seeds"):
+    Difference(Metric("a"), Metric("b")).outcome(recs)
+
+
+@pytest.mark.parametrize("a, verdict", [
+    ([0.1, -0.1, 0.05, 0.0, -0.05], verdicts.REPRODUCED),
+    ([2.0, 2.1, 1.9, 2.0, 2.05], verdicts.CONTRADICTED),
+    ([0.5, -0.5, 1.5, -1.0, 0.2], verdicts.NOT_REPRODUCED),
+])
+def test_equivalent_verdicts(a, verdict):
+  recs = records(a=a, b=[0.0] * 5)
+  assert Equivalent(Metric("a"), Metric("b"), 0.6).outcome(recs).verdict == verdict
+
+
+def test_threshold_verdicts():
+  recs = records(hi=[92.0, 92.2, 91.8], mid=[85.0, 95.0, 91.0], lo=[80.0, 80.5, 79.5])
+  assert AtLeast(Metric("hi"), 90).outcome(recs).verdict == verdicts.REPRODUCED
+  assert AtLeast(Metric("mid"), 90).outcome(recs).verdict == verdicts.DIRECTION_ONLY
+  assert AtLeast(Metric("lo"), 90).outcome(recs).verdict == verdicts.CONTRADICTED
+  assert AtMost(Metric("lo"), 90).outcome(recs).verdict == verdicts.REPRODUCED
+
+
+def test_metric_windows_rounds_and_reach():
+  rec = {"r": {"seeds": [0, 1], "rounds": [10, 20, 30, 40],
+               "metrics": {"m": [[[0.1, 0.2]], [[0.3, 0.2]], [[0.5, 0.4]], [[0.7, 0.4]]]}}}
+  np.testing.assert_allclose(Metric("r", "m").values(rec), [0.7, 0.4])
+  np.testing.assert_allclose(Metric("r", "m", window=20).values(rec), [0.6, 0.4])
+  np.testing.assert_allclose(Metric("r", "m", at=20, scale=100).values(rec), [30, 20])
+  np.testing.assert_array_equal(Metric("r", "m", reach=0.3).values(rec), [20, 30])
+  np.testing.assert_array_equal(Metric("r", "m", reach=0.6).values(rec), [40, np.nan])
+  out = Difference(Metric("r", "m", reach=0.6), Metric("r", "m", reach=0.1)).outcome(rec)
+  assert out.verdict == verdicts.NOT_REPRODUCED and out.ours == "n/a"
+
+
+def test_a_claim_has_a_test_or_a_reason_and_reads_declared_runs():
+  with pytest.raises(ValueError, match="not both"):
+    Claim("x", "s", "p")
+  with pytest.raises(ValueError, match="not declared"):
+    Paper("p", "t", "s", runs=(Run("a", {}),),
+          claims=(Claim("c", "s", "p", Difference(Metric("a"), Metric("b"))),))
+
+
+def test_report_is_a_function_of_the_records():
+  paper = Paper("p", "A paper", "spec.md", runs=(Run("a", {"algo": "fedavg"}), Run("b", {})),
+                claims=(Claim("c1", "a beats b", "+1", Difference(Metric("a"), Metric("b"))),
+                        Claim("c2", "on GPU", "—", not_attempted="needs a GPU")))
+  recs = records(a=[3.0, 3.1, 2.9], b=[1.0, 1.0, 1.0])
+  for r in recs.values():
+    r.update(seconds=1.0, commit="abc")
+  text = render(paper, recs)
+  assert text == render(paper, recs)
+  assert "| c1 | a beats b | +1 | +2.00 [+1.75, +2.25], n=3 | **reproduced** |" in text
+  assert "| c2 | on GPU | — | — | **not attempted**: needs a GPU |" in text
+  assert "Verdicts: 1 reproduced, 1 not attempted." in text
+  assert "`python benchmarks/run.py --algo=fedavg --seeds=0,1,2`" in text
+
+
+TINY = dict(dataset="synthetic", num_clients=8, clients_per_round=4, rounds=2, eval_every=1, local_steps=2,
+            batch_size=8)
+
+
+def test_a_run_is_fresh_until_its_configuration_or_its_code_changes(tmp_path):
+  run = Run("tiny", {**TINY, "algo": "fedavg"}, seeds=(0, 1))
+  assert store.status(store.load(str(tmp_path), run), run) == "missing"
+  rec = store.execute(str(tmp_path), run, log=lambda *_: None)
+  assert store.status(store.load(str(tmp_path), run), run) == "fresh"
+  assert "core/local.py" in rec["code"] and "claims/store.py" not in rec["code"]
+  assert rec["rounds"] == [0, 1, 2] and np.asarray(rec["metrics"]["test_accuracy"]).shape == (3, 1, 2)
+
+  from fedjax_bench import api
+  direct = api.run(seeds=[0, 1], progress=False, **run.settings).curves["test_accuracy"]
+  np.testing.assert_allclose(rec["metrics"]["test_accuracy"], direct, rtol=1e-6)
+
+  other = Run("tiny", {**TINY, "algo": "fedavg", "client_lr": 0.2}, seeds=(0, 1))
+  assert store.status(rec, other) == "configuration changed"
+  assert store.status(rec, Run("tiny", run.settings, seeds=(0, 2))) == "configuration changed"
+  old = {**rec, "code": {**rec["code"], "core/local.py": "0" * 16}}
+  assert store.status(old, run) == "code changed: core/local.py"
+
+
+def claims_cli(*args, cwd=ROOT):
+  return subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "claims.py"), *args],
+                        capture_output=True, text=True, cwd=cwd, timeout=300)
+
+
+def test_committed_reports_are_what_their_runs_produce():
+  p = claims_cli("--check")
+  assert p.returncode == 0, p.stdout + p.stderr
+
+
+def test_check_fails_on_an_edited_report_and_a_missing_run(tmp_path):
+  shutil.copytree(os.path.join(ROOT, "results", "fedawe"), tmp_path / "fedawe")
+  report = tmp_path / "fedawe" / "REPORT.md"
+  text = report.read_text()
+  weaker = next(v for v in ("contradicted", "not reproduced", "direction only")
+                if f"**{v}**" in text)
+  report.write_text(text.replace(f"**{weaker}**", "**reproduced**", 1))  # upgraded by hand
+  p = claims_cli("--check", "fedawe", f"--results_dir={tmp_path}")
+  assert p.returncode == 1 and "REPORT.md differs from what its runs produce" in p.stdout
+  os.remove(next((tmp_path / "fedawe" / "runs").glob("*.json")))
+  p = claims_cli("--check", "fedawe", f"--results_dir={tmp_path}")
+  assert p.returncode == 1 and ": missing" in p.stdout
+
+
+def test_unknown_paper_or_claim_is_one_line():
+  p = claims_cli("nosuch")
+  assert p.returncode == 2
+  assert p.stderr.strip().splitlines()[-1] == "error: unknown paper 'nosuch'; valid: fedawe"
+  p = claims_cli("fedawe", "--claim=nosuch")
+  assert p.returncode == 2 and "unknown claim 'nosuch' of fedawe; valid: T2-gain" in p.stderr
