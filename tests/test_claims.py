@@ -94,8 +94,14 @@ def test_metric_windows_rounds_and_reach():
   np.testing.assert_allclose(Metric("r", "m", window=20).values(rec), [0.6, 0.4])
   np.testing.assert_allclose(Metric("r", "m", at=20, scale=100).values(rec), [30, 20])
   np.testing.assert_array_equal(Metric("r", "m", reach=0.3).values(rec), [20, 30])
-  np.testing.assert_array_equal(Metric("r", "m", reach=0.6).values(rec), [40, np.nan])
-  out = Difference(Metric("r", "m", reach=0.6), Metric("r", "m", reach=0.1)).outcome(rec)
+  # Never reached: one evaluation after the last, a lower bound of the true round.
+  np.testing.assert_array_equal(Metric("r", "m", reach=0.6).values(rec), [40, 50])
+
+
+def test_a_diverged_seed_makes_the_statistic_n_a():
+  recs = records(a=[1.0, 2.0, 3.0], b=[0.0, 0.0, 0.0])
+  recs["a"]["metrics"]["test_accuracy"][-1][0][1] = None  # JSON's NaN
+  out = Difference(Metric("a"), Metric("b")).outcome(recs)
   assert out.verdict == verdicts.NOT_REPRODUCED and out.ours == "n/a"
 
 

@@ -39,8 +39,10 @@ LEVEL = 0.95
 class Metric:
   """Per-seed values of one run: ``metric`` times ``scale`` averaged over the evaluations
   in the last ``window`` rounds (the last evaluation with window 0), or at round ``at``,
-  or with ``reach`` the first evaluated round at which it is at least ``reach`` (NaN
-  if never); ``point`` picks a grid point of a swept run."""
+  or with ``reach`` the first evaluated round at which it is at least ``reach``; a seed
+  that never reaches it counts one evaluation after the last (censored: the true round is
+  at least that, so a difference with it is a bound that errs toward zero, never
+  across it); ``point`` picks a grid point of a swept run."""
   run: str
   metric: str = "test_accuracy"
   window: int = 0
@@ -56,7 +58,7 @@ class Metric:
     curve = np.asarray(rec["metrics"][self.metric], dtype=np.float64)[:, self.point, :]
     if self.reach is not None:
       hit = self.scale * curve >= self.reach  # [E, S]
-      return np.where(hit.any(axis=0), rounds[np.argmax(hit, axis=0)], np.nan)
+      return np.where(hit.any(axis=0), rounds[np.argmax(hit, axis=0)], _after(rounds))
     if self.at is not None:
       hit = np.nonzero(rounds == self.at)[0]
       if not hit.size:
@@ -72,6 +74,11 @@ class Metric:
     where = (f"at round {self.at}" if self.at is not None else
              f"mean of the last {self.window} rounds" if self.window else "final")
     return f"{self.label or self.run}: {self.metric} ({where})"
+
+
+def _after(rounds: np.ndarray) -> float:
+  """One evaluation past the last round."""
+  return float(rounds[-1] + (rounds[-1] - rounds[-2] if rounds.size > 1 else 1))
 
 
 @dataclasses.dataclass(frozen=True)
