@@ -182,3 +182,20 @@ def test_unknown_paper_or_claim_is_one_line():
   assert "fedawe" in p.stderr.strip().splitlines()[-1]
   p = claims_cli("fedawe", "--claim=nosuch")
   assert p.returncode == 2 and "unknown claim 'nosuch' of fedawe; valid: T2-gain" in p.stderr
+
+
+def test_verify_reruns_aside_and_finds_a_committed_run_that_the_code_does_not_give(tmp_path):
+  # The committed FedAWE run must come out again bit for bit; its FedAvg partner, edited to
+  # fail, must flip the claim's verdict and fail the command.
+  shutil.copytree(os.path.join(ROOT, "results", "fedawe"), tmp_path / "fedawe")
+  runs = sorted((tmp_path / "fedawe" / "runs").glob("*.json"))
+  path = tmp_path / "fedawe" / "runs" / "toyfl_paper_sine_fedavg.json"
+  import json
+  rec = json.loads(path.read_text())
+  rec["metrics"]["test_accuracy"] = np.zeros_like(rec["metrics"]["test_accuracy"]).tolist()
+  path.write_text(json.dumps(rec))
+  p = claims_cli("fedawe", "--verify", "--claim=S-paper-phi", f"--results_dir={tmp_path}")
+  assert p.returncode == 1, p.stdout + p.stderr
+  assert "toyfl_paper_sine_fedawe: largest difference of any metric from the committed run 0\n" in p.stdout
+  assert "S-paper-phi    DIFFERS: committed reproduced" in p.stdout
+  assert sorted((tmp_path / "fedawe" / "runs").glob("*.json")) == runs  # nothing written
