@@ -1,5 +1,5 @@
 """The papers whose claims `benchmarks/claims.py` checks, each declared in its module."""
 
-from papers import fedawe
+from papers import fedalign, fedawe
 
-PAPERS = {p.name: p for p in (fedawe.PAPER,)}
+PAPERS = {p.name: p for p in (fedawe.PAPER, fedalign.PAPER)}

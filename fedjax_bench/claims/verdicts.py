@@ -230,3 +230,29 @@ class Claim:
       return Outcome(NOT_ATTEMPTED, "—", "—", 0)
     return self.test.outcome(records)
 
+
+
+@dataclasses.dataclass(frozen=True)
+class LargerGap(Difference):
+  """The paper's "the gain of a over b is larger than that of c over d" (e.g. in a more
+  heterogeneous setting): mean over seeds of (a − b) − (c − d), each gap paired per seed
+  and the two gaps paired by seed; the verdict as `Difference`'s."""
+  c: Optional[Metric] = None
+  d: Optional[Metric] = None
+
+  def __post_init__(self):
+    if self.c is None or self.d is None:
+      raise ValueError("LargerGap needs the second gap's metrics c and d")
+
+  def runs(self):
+    return (self.a.run, self.b.run, self.c.run, self.d.run)
+
+  def _described(self) -> str:
+    return (f"mean over seeds of ({self.a.describe()} − {self.b.describe()}) − "
+            f"({self.c.describe()} − {self.d.describe()}), paired per seed")
+
+  def _interval(self, records):
+    if list(records[self.a.run]["seeds"]) != list(records[self.c.run]["seeds"]):
+      raise ValueError(f"{self.a.run} and {self.c.run} do not share seeds: no paired gaps")
+    d = _paired(self.a, self.b, records) - _paired(self.c, self.d, records)
+    return (*interval(d), d.size)
