@@ -137,7 +137,8 @@ def test_a_run_is_fresh_until_its_configuration_or_its_code_changes(tmp_path):
   assert store.status(store.load(str(tmp_path), run), run) == "missing"
   rec = store.execute(str(tmp_path), run, log=lambda *_: None)
   assert store.status(store.load(str(tmp_path), run), run) == "fresh"
-  assert "core/local.py" in rec["code"] and "claims/store.py" not in rec["code"]
+  assert "core/local.py:train" in rec["code"] and "core/local.py" in rec["code"]
+  assert not any(k.startswith("claims/") for k in rec["code"])
   assert rec["rounds"] == [0, 1, 2] and np.asarray(rec["metrics"]["test_accuracy"]).shape == (3, 1, 2)
 
   from fedjax_bench import api
@@ -147,8 +148,63 @@ def test_a_run_is_fresh_until_its_configuration_or_its_code_changes(tmp_path):
   other = Run("tiny", {**TINY, "algo": "fedavg", "client_lr": 0.2}, seeds=(0, 1))
   assert store.status(rec, other) == "configuration changed"
   assert store.status(rec, Run("tiny", run.settings, seeds=(0, 2))) == "configuration changed"
-  old = {**rec, "code": {**rec["code"], "core/local.py": "0" * 16}}
-  assert store.status(old, run) == "code changed: core/local.py"
+  old = {**rec, "code": {**rec["code"], "core/local.py:train": "0" * 16}}
+  assert store.status(old, run) == "code changed: core/local.py:train"
+
+
+MODULE = """'''A module.'''
+SCALE = 2  # a constant
+
+
+def used(x):
+  '''Doubles.'''
+  return SCALE * helper(x)
+
+
+def helper(x):
+  return x + 1
+
+
+def unused(x):
+  return x - 1
+
+
+class Box:
+  size: int = 3
+
+  def grow(self):
+    return self.size + 1
+"""
+
+
+@pytest.mark.parametrize("edit, stale", [
+    (("return x + 1", "return x + 2"), ["toymod.py:helper"]),       # called, nested call
+    (("return x - 1", "return x - 2"), []),                          # never called
+    (("SCALE = 2", "SCALE = 3"), ["toymod.py"]),                     # top level
+    (("size: int = 3", "size: int = 4"), ["toymod.py"]),             # class body
+    (("return self.size + 1", "return self.size + 2"), ["toymod.py:Box.grow"]),
+    (("# a constant", "# the scale"), []),                           # a comment
+    (("'''Doubles.'''", "'''Twice x plus two.'''"), []),  # a docstring
+])
+def test_a_run_goes_stale_only_on_code_it_ran(tmp_path, monkeypatch, edit, stale):
+  from fedjax_bench.claims import code
+  path = tmp_path / "toymod.py"
+  path.write_text(MODULE)
+  monkeypatch.setattr(code, "PACKAGE_DIR", str(tmp_path))
+  monkeypatch.syspath_prepend(str(tmp_path))
+  sys.modules.pop("toymod", None)
+  import toymod
+  with code.Trace() as trace:
+    toymod.used(1)
+    toymod.Box().grow()
+  recorded = code.digest(trace)
+  assert {k for k in recorded if k.startswith("toymod")} == {
+      "toymod.py", "toymod.py:used", "toymod.py:helper", "toymod.py:Box.grow"}
+  assert code.changed(recorded) == []
+  path.write_text(MODULE.replace(*edit))
+  os.utime(path, (1, 1))  # a new mtime, whatever the clock's resolution
+  assert code.changed(recorded) == stale
+  sys.modules.pop("toymod", None)
 
 
 def claims_cli(*args, cwd=ROOT):
