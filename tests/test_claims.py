@@ -150,6 +150,8 @@ def test_a_run_is_fresh_until_its_configuration_or_its_code_changes(tmp_path):
   assert store.status(rec, Run("tiny", run.settings, seeds=(0, 2))) == "configuration changed"
   old = {**rec, "code": {**rec["code"], "core/local.py:train": "0" * 16}}
   assert store.status(old, run) == "code changed: core/local.py:train"
+  first_format = {k: v for k, v in rec.items() if k != "code_kind"}  # whole-file hashes
+  assert store.status(first_format, run).startswith("code changed: recorded before")
 
 
 MODULE = """'''A module.'''

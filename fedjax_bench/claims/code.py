@@ -25,7 +25,7 @@ import fedjax_bench
 PACKAGE_DIR = os.path.dirname(os.path.abspath(fedjax_bench.__file__))
 # Modules that shape no number of a run: how results are presented and checked.
 NOT_CODE = ("claims/", "cli.py", "tensorboard.py", "compile_cache.py", "__main__.py")
-KIND = "functions"  # a record's "code_kind"; records without one hash whole files
+KIND = "functions"  # a record's "code_kind"; a record without it is stale
 
 
 def _rel(path: str):

@@ -22,8 +22,6 @@ from fedjax_bench.claims import code as code_lib
 from fedjax_bench.claims.code import PACKAGE_DIR
 
 
-
-
 @dataclasses.dataclass(frozen=True)
 class Run:
   name: str                       # unique within its paper, also its file name
@@ -57,24 +55,6 @@ def config_key(run: Run) -> str:
   return hashlib.sha256(json.dumps(fp, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def file_hash(path: str) -> str:
-  with open(path, "rb") as f:
-    return hashlib.sha256(f.read()).hexdigest()[:16]
-
-
-def changed_code(record: Mapping) -> list[str]:
-  """What of the code ``record`` ran on differs now: functions and module top levels
-  (`code.digest`), or whole files for records made before functions were traced."""
-  if record.get("code_kind") == code_lib.KIND:
-    return code_lib.changed(record["code"])
-  changed = []
-  for rel, digest in record["code"].items():
-    p = os.path.join(PACKAGE_DIR, rel)
-    if not os.path.exists(p) or file_hash(p) != digest:
-      changed.append(rel)
-  return changed
-
-
 def path(runs_dir: str, run: Run) -> str:
   return os.path.join(runs_dir, re.sub(r"[^A-Za-z0-9_.=-]+", "_", run.name) + ".json")
 
@@ -93,7 +73,9 @@ def status(record: Optional[dict], run: Run, key: Optional[str] = None) -> str:
     return "missing"
   if record["key"] != (key or config_key(run)):
     return "configuration changed"
-  changed = changed_code(record)
+  if record.get("code_kind") != code_lib.KIND:
+    return "code changed: recorded before the functions a run calls were traced"
+  changed = code_lib.changed(record["code"])
   if changed:
     return "code changed: " + ", ".join(changed)
   return "fresh"
