@@ -197,8 +197,7 @@ def random_trace(n, events, seed, aggregation_prob=0.0):
 
 
 STEPS = (1, 2, 3, 1, 2)
-slow = pytest.mark.slow
-CASES = [  # each case is one compile (~1-2 s on 2 cores): the fast set covers every option
+CASES = [  # each case is one compile (~1-2 s on 2 cores)
     ("area", {"projection": "box", "projection_radius": 0.5, "grad_scale": "none"}),
     ("area", {"send_after_aggregation": True, "area_lr_power": 0.7, "projection": "ball",
               "projection_radius": 0.8}),
@@ -208,12 +207,12 @@ CASES = [  # each case is one compile (~1-2 s on 2 cores): the fast set covers e
     ("asfedavg", {}),
     ("asfedavg", {"asfedavg_mode": "async_sgd"}),
     ("mifa_async", {"aggregation": "poisson", "send_after_aggregation": True}),
-    pytest.param("area", {}, marks=slow),
-    pytest.param("area", {"iterate_form_init": True}, marks=slow),
-    pytest.param("fedbuff", {}, marks=slow),
-    pytest.param("fedbuff", {"aggregation": "poisson"}, marks=slow),
-    pytest.param("asfedavg", {"aggregation": "poisson"}, marks=slow),
-    pytest.param("mifa_async", {}, marks=slow),
+    ("area", {}),
+    ("area", {"iterate_form_init": True}),
+    ("fedbuff", {}),
+    ("fedbuff", {"aggregation": "poisson"}),
+    ("asfedavg", {"aggregation": "poisson"}),
+    ("mifa_async", {}),
 ]
 
 
@@ -309,7 +308,6 @@ def test_area_invariant_x_plus_u_is_the_mean_of_the_client_memories():
   assert np.abs(x[-1] - x0).max() > 0.1  # it did move
 
 
-@slow
 def test_mifa_memory_mean_is_the_mean_of_the_memories():
   prob = Problem(sizes=(5, 8, 3, 6, 7))
   n = prob.n
@@ -324,7 +322,6 @@ def test_mifa_memory_mean_is_the_mean_of_the_memories():
   assert np.abs(np.asarray(ubar[-1])).max() > 1e-3
 
 
-@slow
 def test_projection_keeps_every_model_in_the_ball():
   """P_X inside every local step keeps y_i and x_recv_i in X; x_s, an average of points
   of X, stays there without projecting (spec §2.6, §9 test 7)."""

@@ -129,7 +129,6 @@ def test_least_squares_closed_form(bias, l2):
   assert "bias" in got if bias else "bias" not in got
 
 
-@pytest.mark.slow
 @pytest.mark.skipif(shared_tfds_dir() is None, reason="real MNIST (../shared/tfds) not found")
 def test_mnist_f_star(tmp_path):
   """Spec 002_area §5.1: logreg without bias, ν = 1e-3 on MNIST (about a minute)."""
