@@ -4,8 +4,10 @@
   python benchmarks/claims.py --list [PAPER ...]  # each claim's verdict, each run's state
   python benchmarks/claims.py PAPER [--claim=ID] [--force]
       # makes PAPER's missing and stale runs (or claim ID's), then writes its REPORT.md
-  python benchmarks/claims.py PAPER --verify [--claim=ID]
-      # reruns them aside; fails if a verdict differs from the committed runs' one
+  python benchmarks/claims.py --verify [PAPER ...] [--claim=ID]
+      # reruns them aside; fails if a verdict differs from the committed runs' one; a
+      # whole paper's verification is written to results/PAPER/VERIFY.md (the slow tier:
+      # every paper, hours on 2 cores)
 
 A paper is declared in benchmarks/papers/PAPER.py: its runs (settings, seeds) and its
 claims (the paper's statement and number, the test that gives the verdict). Runs are
@@ -43,9 +45,10 @@ flags.DEFINE_bool("strict", False, "With --check, runs made on code changed sinc
 flags.DEFINE_bool("list", False, "Print each claim's verdict and each run's state.")
 flags.DEFINE_string("claim", "", "Only this claim's runs (with a PAPER).")
 flags.DEFINE_bool("force", False, "Rerun the runs even when fresh.")
-flags.DEFINE_bool("verify", False, "With a PAPER: rerun its runs (or --claim's) in a temporary "
-                  "directory, leaving the committed ones, and fail if a verdict differs from "
-                  "the committed runs' one.")
+flags.DEFINE_bool("verify", False, "Rerun the papers' runs (every paper's, or those named; "
+                  "with --claim one claim's) in a temporary directory, leaving the committed "
+                  "ones, and fail if a verdict differs from the committed runs' one; a whole "
+                  "paper's verification is written to results/PAPER/VERIFY.md.")
 flags.DEFINE_string("results_dir", os.path.join(os.path.dirname(HERE), "results"),
                     "Where results/PAPER/ lives.")
 FLAGS = flags.FLAGS
@@ -148,35 +151,45 @@ def make(p, root: str, claim_id: str, force: bool) -> int:
 def verify(p, root: str, claim_id: str) -> int:
   """Reruns the claims' runs aside and compares each verdict with the committed one."""
   import tempfile
+  import time
 
   import numpy as np
   _known_claim(p, claim_id)
   runs = p.claim_runs(claim_id or None)
   committed = records_of(p, root)
+  start = time.perf_counter()
   with tempfile.TemporaryDirectory() as tmp:
     rerun = {}
     for i, r in enumerate(runs):
-      print(f"[{i + 1}/{len(runs)}] {r.name}", flush=True)
+      print(f"[{i + 1}/{len(runs)}] {p.name} {r.name}", flush=True)
       rerun[r.name] = store.execute(tmp, r)
-  differ = 0
+  seconds = time.perf_counter() - start
+  run_rows, claim_rows = [], []
   for r in runs:
+    gap = None
     if r.name in committed:
       gap = max(float(np.nanmax(np.abs(np.asarray(rerun[r.name]["metrics"][m], np.float64)
                                        - np.asarray(committed[r.name]["metrics"][m], np.float64)),
                                 initial=0.0))
                 for m in rerun[r.name]["metrics"])
       print(f"  {r.name}: largest difference of any metric from the committed run {gap:.3g}")
+    run_rows.append((r.name, rerun[r.name]["seconds"], gap))
   for c in p.claims:
     if c.test is None or not set(c.test.runs()) <= set(rerun):
       continue
     old = c.outcome(committed) if all(n in committed for n in c.test.runs()) else None
     new = c.outcome({**committed, **rerun})
     same = old is not None and old.verdict == new.verdict
-    differ += not same
+    claim_rows.append((c.id, old.verdict if old else "missing", new.verdict, same))
     print(f"  {c.id:<14} {'same' if same else 'DIFFERS'}: committed "
           f"{old.verdict if old else 'missing'} {old.ours if old else ''}, rerun {new.verdict} "
           f"{new.ours} {new.interval}")
-  return 1 if differ else 0
+  if not claim_id:
+    path = os.path.join(p.directory(root), "VERIFY.md")
+    results.atomic_write_text(path, paper_lib.verification_report(
+        p.name, run_rows, claim_rows, seconds, next(iter(rerun.values()), {})))
+    print(f"wrote {path}")
+  return 0 if all(row[3] for row in claim_rows) else 1
 
 
 def _known_claim(p, claim_id: str) -> None:
@@ -192,9 +205,11 @@ def main(argv) -> int:
     return check(chosen(names), root, FLAGS.strict)
   if FLAGS.list:
     return listing(chosen(names), root)
+  if FLAGS.verify and not FLAGS.claim:
+    return max(verify(p, root, "") for p in chosen(names))
   if len(names) != 1:
     raise UsageError("name one paper to run (valid: " + ", ".join(papers.PAPERS)
-                     + "), or pass --check or --list")
+                     + "), or pass --check, --list or --verify")
   if FLAGS.verify:
     return verify(chosen(names)[0], root, FLAGS.claim)
   return make(chosen(names)[0], root, FLAGS.claim, FLAGS.force)

@@ -271,3 +271,18 @@ def test_verify_reruns_aside_and_finds_a_committed_run_that_the_code_does_not_gi
   assert "toyfl_paper_sine_fedawe: largest difference of any metric from the committed run 0\n" in p.stdout
   assert "S-paper-phi    DIFFERS: committed reproduced" in p.stdout
   assert sorted((tmp_path / "fedawe" / "runs").glob("*.json")) == runs  # nothing written
+  assert not (tmp_path / "fedawe" / "VERIFY.md").exists()  # only a whole paper's is
+
+
+def test_verification_report_names_every_differing_verdict():
+  from fedjax_bench.claims import paper
+  text = paper.verification_report(
+      "toy", [("a", 12.3, 0.0), ("b", 4.0, None)],
+      [("C1", "reproduced", "reproduced", True), ("C2", "reproduced", "direction only", False)],
+      125.0, {"commit": "abc1234", "environment": {"jax": "0.4", "platform": "cpu",
+                                                   "devices": 2}})
+  assert "reran the 2 runs of the report aside, on commit abc1234" in text
+  assert "in 2.1 minutes" in text
+  assert "**1 of 2 verdicts the same as the committed runs' ones**: differing C2." in text
+  assert "| C2 | reproduced | direction only | **no** |" in text
+  assert "| a | 12 | 0 |" in text and "| b | 4 | (not committed) |" in text

@@ -152,3 +152,33 @@ def plot(paper: Paper, records: dict, root: str = "results") -> list[str]:
     results.save_figure(p, fig)
     written.append(p)
   return written
+
+
+def verification_report(name, run_rows, claim_rows, seconds, record) -> str:
+  """results/PAPER/VERIFY.md: the last whole-paper `--verify`, its time and verdicts."""
+  differ = [row for row in claim_rows if not row[3]]
+  env = record.get("environment", {})
+  lines = [
+      f"# {name}: the last verification of every run",
+      "",
+      f"`python benchmarks/claims.py --verify {name}` reran the {len(run_rows)} runs of "
+      f"the report aside, on commit {record.get('commit') or '(unknown)'} "
+      f"(jax {env.get('jax', '?')}, {env.get('platform', '?')}, "
+      f"{env.get('devices', '?')} devices), in {seconds / 60:.1f} minutes.",
+      "",
+      f"**{len(claim_rows) - len(differ)} of {len(claim_rows)} verdicts the same as the "
+      f"committed runs' ones**" + ("." if not differ else ": differing "
+                                   + ", ".join(row[0] for row in differ) + "."),
+      "",
+      "| claim | committed runs | rerun | same |",
+      "|---|---|---|---|",
+      *(f"| {cid} | {old} | {new} | {'yes' if same else '**no**'} |"
+        for cid, old, new, same in claim_rows),
+      "",
+      "| run | seconds | largest difference of any metric from the committed run |",
+      "|---|---:|---:|",
+      *(f"| {n} | {sec:.0f} | {'(not committed)' if gap is None else f'{gap:.3g}'} |"
+        for n, sec, gap in run_rows),
+      "",
+  ]
+  return "\n".join(lines)
