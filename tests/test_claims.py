@@ -286,3 +286,13 @@ def test_verification_report_names_every_differing_verdict():
   assert "**1 of 2 verdicts the same as the committed runs' ones**: differing C2." in text
   assert "| C2 | reproduced | direction only | **no** |" in text
   assert "| a | 12 | 0 |" in text and "| b | 4 | (not committed) |" in text
+
+
+def test_every_declared_run_is_read_by_a_claim_or_a_figure():
+  # `claims.py PAPER` makes only the runs its claims and figures read: any other declared
+  # run would never be made nor checked.
+  sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+  import papers
+  for p in papers.PAPERS.values():
+    read = {r.name for r in p.claim_runs()}
+    assert [r.name for r in p.runs if r.name not in read] == [], p.name
