@@ -30,7 +30,7 @@ grid in DIR chose for the same setting (any horizon), e.g. with --seeds=10 --sim
 --out=results/area/seeds10; --refine=area,fedbuff adds 0.3x and 3x that alpha for the
 methods named, and the same rule picks again among the three.
 
-Each (setting, method) grid run is cached in <out>/runs/<setting>_<method>.json and
+Each (setting, method) grid run is cached in <out>/old_cache/<setting>_<method>.json and
 skipped on a rerun with the same config; per setting the script writes <out>/<setting>.md
 (tables, claims), <out>/<setting>.json and <out>/<setting>.png. The cross-setting claims
 (S-FedAvg uniform vs normal rates, AREA's rank against n, K = 50 vs K = 1) are written
@@ -89,6 +89,8 @@ QUAD_GRID = [float(f"{m}e{e}") for e in (-7, -6, -5) for m in (1, 2, 5, 7)]
 QUAD_GRID = {a: ([1e-8, 2e-8, 5e-8] if a == "mifa_async" else []) + QUAD_GRID for a in METHODS}
 TIE = 0.01  # decades
 FLOOR = {"mnist": 1e-8, "quadratic": 1e-32}
+# The grid runs' cache under --out; `runs/` is the claims runner's (benchmarks/papers/area.py).
+CACHE = "old_cache"
 
 flags.DEFINE_enum("experiment", "mnist", ["quadratic", "bias", "mnist"], "Which experiment.")
 flags.DEFINE_list("methods", list(METHODS), "Methods to run.")
@@ -571,7 +573,7 @@ def mnist(seeds) -> list[dict]:
     run_cfg = make_cfg("mnist", algo, ov, seeds)
     cfg = run_cfg.flat()
     name = setting_name(cfg)
-    cache = os.path.join(FLAGS.out, "runs", f"{name}_{algo}.json")
+    cache = os.path.join(FLAGS.out, CACHE, f"{name}_{algo}.json")
     alphas = grid_from(name, algo) if FLAGS.chosen_from else mnist_grid(cfg, algo)
     log(f"{name} {algo}: alphas {alphas}, seeds {seeds}, {cfg['rounds']} steps")
     runs[algo] = run_grid(run_cfg, alphas, seeds, cache,
@@ -611,7 +613,7 @@ def quadratic(seeds) -> list[dict]:
     run_cfg = make_cfg("quadratic", algo, ov, seeds)
     cfg = run_cfg.flat()
     name = setting_name(cfg)
-    cache = os.path.join(FLAGS.out, "runs", f"{name}_{algo}.json")
+    cache = os.path.join(FLAGS.out, CACHE, f"{name}_{algo}.json")
     alphas = grid_for(algo, QUAD_GRID)
     log(f"{name} {algo}: alphas {alphas}, seeds {seeds}, {cfg['rounds']} steps, "
         f"Delta {cfg['async_delta']}")
@@ -698,7 +700,7 @@ def main(argv) -> int:
     jax.config.update("jax_enable_x64", True)
   run_flags.passed_on(PASSTHROUGH)
   seeds = run_flags.parse_seeds(FLAGS.seeds if FLAGS["seeds"].present else "0,1,2")
-  os.makedirs(os.path.join(FLAGS.out, "runs"), exist_ok=True)
+  os.makedirs(os.path.join(FLAGS.out, CACHE), exist_ok=True)
   t0 = time.perf_counter()
   claims = {"quadratic": quadratic, "bias": bias, "mnist": mnist}[FLAGS.experiment](seeds)
   log(f"done in {time.perf_counter() - t0:.0f}s; {sum(c['holds'] for c in claims)}/{len(claims)} "

@@ -42,38 +42,125 @@ class Metric:
   or with ``reach`` the first evaluated round at which it is at least ``reach``; a seed
   that never reaches it counts one evaluation after the last (censored: the true round is
   at least that, so a difference with it is a bound that errs toward zero, never
-  across it); ``point`` picks a grid point of a swept run."""
+  across it); ``point`` picks a grid point of a swept run.
+
+  For asynchronous runs, whose rounds are events: with ``clock`` (a metric holding each
+  evaluation's time, e.g. "cum_time"; the evaluation at round 0 is time 0) ``window`` and
+  ``at`` are in its units: the time average (trapezoids) over its last ``window``, the
+  value of the last evaluation at or before time ``at``; a seed whose clock is NaN
+  (diverged) gives NaN. ``log_floor`` > 0: log10 of max(value, log_floor) before any
+  averaging. ``spread``: each seed's |value − the mean over seeds| (its distance from the
+  seed-mean curve: the band's width). ``metric`` may name a swept setting of the run
+  (e.g. "client_lr"): its value at the grid point. ``tune`` (a Metric of the same run, its
+  point ignored): the grid point is the one whose mean over seeds of ``tune`` is smallest,
+  non-finite means excluded, ties to the later point (grids are declared ascending);
+  ``tune_each_seed``: each seed's own smallest."""
   run: str
   metric: str = "test_accuracy"
-  window: int = 0
-  at: Optional[int] = None
+  window: float = 0
+  at: Optional[float] = None
   scale: float = 1.0
   point: int = 0
   label: str = ""
   reach: Optional[float] = None
+  clock: str = ""
+  log_floor: float = 0.0
+  spread: bool = False
+  tune: Optional["Metric"] = None
+  tune_each_seed: bool = False
 
   def values(self, records: dict) -> np.ndarray:
     rec = records[self.run]
+    if self.tune is None:
+      return self._values(rec, self.point)
+    if self.tune.run != self.run or self.tune.tune is not None:
+      raise ValueError(f"{self.run}: tune must be an untuned Metric of the same run")
+    points = range(len(rec["metrics"][next(iter(rec["metrics"]))][0]))
+    score = np.stack([dataclasses.replace(self.tune, point=g)._values(rec, g) for g in points])
+    score = np.where(np.isfinite(score), score, np.inf)  # [G, S]
+    if not self.tune_each_seed:
+      score = np.broadcast_to(score.mean(axis=1, keepdims=True), score.shape)
+    last = score.shape[0] - 1
+    pick = last - np.argmin(score[::-1], axis=0)  # [S]: ties to the later point
+    vals = np.stack([self._values(rec, g) for g in points])
+    out = vals[pick, np.arange(vals.shape[1])]
+    return np.where(np.isfinite(score.min(axis=0)), out, np.nan)
+
+  def _values(self, rec: dict, point: int) -> np.ndarray:
     rounds = np.asarray(rec["rounds"])
-    curve = np.asarray(rec["metrics"][self.metric], dtype=np.float64)[:, self.point, :]
+    curve, scale = self._curve(rec, point), self.scale
+    if self.log_floor > 0 or self.spread:
+      curve, scale = scale * curve, 1.0
+      if self.log_floor > 0:
+        curve = np.log10(np.maximum(curve, self.log_floor))
+      if self.spread:
+        curve = np.abs(curve - curve.mean(axis=1, keepdims=True))
+    if self.clock:
+      return scale * self._timed(rec, point, rounds, curve)
     if self.reach is not None:
-      hit = self.scale * curve >= self.reach  # [E, S]
+      hit = scale * curve >= self.reach  # [E, S]
       return np.where(hit.any(axis=0), rounds[np.argmax(hit, axis=0)], _after(rounds))
     if self.at is not None:
       hit = np.nonzero(rounds == self.at)[0]
       if not hit.size:
         raise ValueError(f"{self.run} has no evaluation at round {self.at}")
-      return self.scale * curve[hit[0]]
+      return scale * curve[hit[0]]
     idx = (np.nonzero(rounds > rounds[-1] - self.window)[0] if self.window
            else np.array([rounds.size - 1]))
-    return self.scale * curve[idx].mean(axis=0)
+    return scale * curve[idx].mean(axis=0)
+
+  def _curve(self, rec: dict, point: int) -> np.ndarray:
+    """[E, S] of the metric, or of the swept setting's value at the grid point."""
+    if self.metric in rec["metrics"]:
+      return np.asarray(rec["metrics"][self.metric], dtype=np.float64)[:, point, :]
+    grid = rec.get("grid") or []
+    if point < len(grid) and self.metric in grid[point]:
+      return np.full((len(rec["rounds"]), len(rec["seeds"])), float(grid[point][self.metric]))
+    raise ValueError(f"{self.run} has no metric or swept setting {self.metric!r}")
+
+  def _timed(self, rec, point, rounds, curve) -> np.ndarray:
+    if self.reach is not None:
+      raise ValueError(f"{self.run}: reach is counted in rounds; give no clock with it")
+    t = np.asarray(rec["metrics"][self.clock], dtype=np.float64)[:, point, :].copy()
+    if rounds[0] == 0:
+      t[0] = 0.0  # no event yet: the clock has not been read
+    bad = ~np.isfinite(t).all(axis=0)
+    t = np.where(np.isfinite(t), t, 0.0)
+    if self.at is not None:
+      idx = np.maximum((t <= self.at).sum(axis=0) - 1, 0)
+      out = curve[idx, np.arange(curve.shape[1])]
+    elif self.window:
+      end = t[-1]
+      lo = np.maximum(t[:-1], end - self.window)
+      width = np.clip(np.minimum(t[1:], end) - lo, 0.0, None)  # [E-1, S]
+      mid = 0.5 * (curve[1:] + curve[:-1])
+      total = width.sum(axis=0)
+      out = np.where(total > 0, (width * mid).sum(axis=0) / np.where(total > 0, total, 1),
+                     curve[-1])
+    else:
+      out = curve[-1]
+    return np.where(bad, np.nan, out)
 
   def describe(self) -> str:
+    name = self.label or self.run
+    what = f"log10 {self.metric}" if self.log_floor else self.metric
+    if self.spread:
+      what = f"|{what} − its mean over seeds|"
     if self.reach is not None:
-      return f"{self.label or self.run}: first round with {self.metric} ≥ {self.reach:g}"
-    where = (f"at round {self.at}" if self.at is not None else
-             f"mean of the last {self.window} rounds" if self.window else "final")
-    return f"{self.label or self.run}: {self.metric} ({where})"
+      return f"{name}: first round with {what} ≥ {self.reach:g}"
+    if self.clock:
+      where = (f"at {self.clock} {self.at:g}" if self.at is not None else
+               f"time average over the last {self.window:g} units of {self.clock}" if self.window
+               else "final")
+    else:
+      where = (f"at round {self.at}" if self.at is not None else
+               f"mean of the last {self.window} rounds" if self.window else "final")
+    out = f"{name}: {what} ({where})"
+    if self.tune is not None:
+      rule = ("each seed's grid point with its smallest" if self.tune_each_seed
+              else "the grid point with the smallest seed-mean")
+      out += f", at {rule} {self.tune.describe().split(': ', 1)[1]}"
+    return out
 
 
 def _after(rounds: np.ndarray) -> float:
