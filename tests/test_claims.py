@@ -296,3 +296,20 @@ def test_every_declared_run_is_read_by_a_claim_or_a_figure():
   for p in papers.PAPERS.values():
     read = {r.name for r in p.claim_runs()}
     assert [r.name for r in p.runs if r.name not in read] == [], p.name
+
+
+def test_an_x64_run_runs_in_float64_and_is_its_own_configuration(tmp_path):
+  import jax
+  from fedjax_bench import api
+  settings = dict(dataset="quadratic", algo="sfedavg", num_clients=50, rounds=3,
+                  eval_every=1, optimality_gap=True)
+  run32, run64 = Run("q", settings, seeds=(0,)), Run("q", settings, seeds=(0,), x64=True)
+  assert run64.command().startswith("JAX_ENABLE_X64=1 python benchmarks/run.py ")
+  rec = store.execute(str(tmp_path), run64, log=lambda *_: None)
+  assert store.status(rec, run64) == "fresh"
+  assert store.status(rec, run32) == "configuration changed"
+  with jax.enable_x64(True):
+    direct = api.run(seeds=[0], progress=False, **settings).curves["optimality_gap"]
+  np.testing.assert_allclose(rec["metrics"]["optimality_gap"], direct, rtol=1e-6)  # 7 digits
+  single = api.run(seeds=[0], progress=False, **settings).curves["optimality_gap"]
+  assert not np.allclose(rec["metrics"]["optimality_gap"], single, rtol=1e-4, atol=0)

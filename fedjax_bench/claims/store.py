@@ -28,13 +28,15 @@ class Run:
   settings: Mapping[str, Any]     # flag name -> value, as fedjax_bench.run takes them
   seeds: tuple[int, ...] = (0, 1, 2)
   sweep: Mapping[str, tuple] = dataclasses.field(default_factory=dict)
+  x64: bool = False               # run in float64 (jax_enable_x64)
 
   def command(self) -> str:
     """The command line that makes this run."""
     args = [f"--{k}={_flag_value(v)}" for k, v in self.settings.items()]
     args.append(f"--seeds={','.join(map(str, self.seeds))}")
     args += [f"--sweep={k}:{','.join(map(str, v))}" for k, v in self.sweep.items()]
-    return "python benchmarks/run.py " + " ".join(args)
+    return (("JAX_ENABLE_X64=1 " if self.x64 else "") + "python benchmarks/run.py "
+            + " ".join(args))
 
 
 def _flag_value(v) -> str:
@@ -51,7 +53,7 @@ def config_key(run: Run) -> str:
   from fedjax_bench import api
   cfg, seeds, grid = api.prepare(seeds=list(run.seeds), sweep=dict(run.sweep), **run.settings)
   fp = {**api.run_fingerprint(cfg, seeds, grid), "rounds": cfg.eval.rounds,
-        "eval_every": cfg.eval.eval_every}
+        "eval_every": cfg.eval.eval_every, **({"x64": True} if run.x64 else {})}
   return hashlib.sha256(json.dumps(fp, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -83,9 +85,13 @@ def status(record: Optional[dict], run: Run, key: Optional[str] = None) -> str:
 
 def execute(runs_dir: str, run: Run, log=print) -> dict:
   """Runs ``run`` and writes its record (atomically: an interrupted run leaves the old)."""
+  import contextlib
+
+  import jax
+
   from fedjax_bench import api
   t0 = time.perf_counter()
-  with code_lib.Trace() as trace:
+  with code_lib.Trace() as trace, (jax.enable_x64(True) if run.x64 else contextlib.nullcontext()):
     result = api.run(seeds=list(run.seeds), sweep=dict(run.sweep) or None, progress=False,
                      **run.settings)
   seconds = time.perf_counter() - t0
