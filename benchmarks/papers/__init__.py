@@ -1,5 +1,5 @@
 """The papers whose claims `benchmarks/claims.py` checks, each declared in its module."""
 
-from papers import fedalign, fedawe
+from papers import fedalign, fedawe, hetero_agg
 
-PAPERS = {p.name: p for p in (fedawe.PAPER, fedalign.PAPER)}
+PAPERS = {p.name: p for p in (fedawe.PAPER, fedalign.PAPER, hetero_agg.PAPER)}
