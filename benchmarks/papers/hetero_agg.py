@@ -61,8 +61,8 @@ def r90(fw, m):
 
 
 def final(fw, m):
-  """Final accuracy: the mean over rounds 46-50 (one round is noisy)."""
-  return Metric(f"{fw}_{m}", window=5, label=_label(fw, m))
+  """Final accuracy (%): the mean over rounds 46-50 (one round is noisy)."""
+  return Metric(f"{fw}_{m}", window=5, scale=100.0, label=_label(fw, m))
 
 
 def smooth(fw, m):
@@ -70,7 +70,8 @@ def smooth(fw, m):
 
 
 def alpha_gap(fw, m="softmax_b1", **where):
-  return Metric(f"{fw}_{m}", "alpha_p_l1", label=f"‖α − p‖₁ of {_label(fw, m)}", **where)
+  return Metric(f"{fw}_{m}", "alpha_p_l1", scale=100.0,
+                label=f"100 ‖α − p‖₁ of {_label(fw, m)}", **where)
 
 
 PAPER_R90 = {"tniid": "15.36 → 8.28 rounds (−7.08)", "niid": "13.34 → 10.66 (−2.68)",
@@ -115,7 +116,7 @@ def claims():
     out.append(Claim(
         f"R9-final-{fw}", f"{WHERE[fw]}: the final accuracy of FedSoftMax is FedAvg's "
         "(within ±1 pp)", "\"rather low\" difference (Figs. 2, 3)",
-        Equivalent(final(fw, "softmax_b1"), final(fw, "fedavg"), 0.01), section=r9))
+        Equivalent(final(fw, "softmax_b1"), final(fw, "fedavg"), 1.0), section=r9))
   out.append(Claim(
       "R9-bias", "FedSoftMax's bias grows with the distance from IID: its final-accuracy "
       "cost is larger in TNIID than in IID", "—",
@@ -164,8 +165,8 @@ def claims():
   out.append(Claim(
       "F6-iid", "IID: α converges to p at a rate about 1/t (‖α − p‖₁ at round 50 below "
       "half its value at round 10; 1/t gives a fifth)", "Fig. 6 (rate 1/t)",
-      Difference(Metric("iid_softmax_b1", "alpha_p_l1", at=10, scale=0.5,
-                        label="½ ‖α − p‖₁ at round 10, IID"),
+      Difference(Metric("iid_softmax_b1", "alpha_p_l1", at=10, scale=50.0,
+                        label="½ · 100 ‖α − p‖₁ of FedSoftMax β=1, IID"),
                  alpha_gap("iid", at=50)), section=w))
   out.append(Claim(
       "RQ3-tniid", "Very non-IID: α does not converge to p (‖α − p‖₁ over rounds 41-50 "
@@ -180,16 +181,18 @@ def claims():
     out.append(Claim(
         f"R10-start-{fw}", f"{WHERE[fw]}: FedMax(k) speeds up the beginning (test accuracy "
         "at round 5 above FedAvg's)", "Remark 10 (no numbers)",
-        Difference(Metric(f"{fw}_fedmax_k10", at=5, label=_label(fw, "fedmax_k10")),
-                   Metric(f"{fw}_fedavg", at=5, label=_label(fw, "fedavg"))), section=w))
+        Difference(Metric(f"{fw}_fedmax_k10", at=5, scale=100.0,
+                          label=_label(fw, "fedmax_k10")),
+                   Metric(f"{fw}_fedavg", at=5, scale=100.0, label=_label(fw, "fedavg"))),
+        section=w))
     out.append(Claim(
         f"R10-final-{fw}", f"{WHERE[fw]}: FedMax(k) gives poor final accuracy (below FedAvg)",
         "Remark 10 (no numbers)", Difference(final(fw, "fedavg"), final(fw, "fedmax_k10")),
         section=w))
     out.append(Claim(
         f"S-fedmax-{fw}", f"{WHERE[fw]}: FedMax's final accuracy is at least 10 pp below "
-        "FedAvg's (spec §8.4; the paper shows no FedMax run)", "spec: 0.46-0.69 vs 0.94-0.95 "
-        "(digits)", Difference(final(fw, "fedavg"), final(fw, "fedmax"), 0.10), section=w))
+        "FedAvg's (spec §8.4; the paper shows no FedMax run)", "spec: 46-69% vs 94-95% "
+        "(digits)", Difference(final(fw, "fedavg"), final(fw, "fedmax"), 10.0), section=w))
   out.append(Claim(
       "F7", "Fig. 7: a small group of clients carries the top weights throughout", "heat map",
       not_attempted="a heat map of α per client and round; the report's figures are "
@@ -201,7 +204,8 @@ def claims():
     out.append(Claim(
         f"A3-size-{fw}", f"{WHERE[fw]}: F_i* = 0 is nearly exact for this model: the "
         "largest estimated F̂_i* is at most 0.05", "spec: exact in the limit",
-        AtMost(Metric(run, "local_optimum_max", label=f"max_i F̂_i*, {fw.upper()}"), 0.05),
+        AtMost(Metric(run, "local_optimum_max", scale=1000.0,
+                      label=f"1000 max_i F̂_i*, {fw.upper()}"), 50.0),
         section=a3))
     out.append(Claim(
         f"A3-r90-{fw}", f"{WHERE[fw]}: FedSoftMax (β = 1) with F̂_i* reaches 90% within ±1 "
@@ -293,6 +297,13 @@ each client trains alone from the initial model for 500 SGD steps (batch 64, rat
 all clients vectorized, and F̂_i* is the lower of its full local loss then and at the
 start. The A3 rows show how large the estimates are and whether subtracting them changes
 R90; the runs' seconds in the table below include the estimate.
+
+**The contradicted rows.** R10-start: FedMax(k=10) starts slower than FedAvg, not
+faster, and stays below it (tniid.png, niid.png); the spec's digits calibration saw the
+same (§8.4(3)). R9-bias: FedSoftMax ends slightly above FedAvg in TNIID (R9-final-tniid),
+so no accuracy cost of its bias shows there. F6-iid: in IID, ‖α − p‖₁ rises over the
+first rounds and then stays nearly flat for the 50 rounds (alpha_minus_p.png), with no
+1/t decay at this scale.
 
 **Not run here:** the paper's CNN at its run counts (a GPU job: `python benchmarks/run.py
 --flagfile=benchmarks/configs/hetero_agg/tniid_fedsoftmax.flags`, and the other rows'
