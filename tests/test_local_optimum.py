@@ -3,7 +3,6 @@ against closed-form per-client minima on convex tasks, through the algorithm, pe
 with --data_per_seed, and "zero" (the default) leaving the round unchanged."""
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
