@@ -119,7 +119,7 @@ def claims():
         Equivalent(final(fw, "softmax_b1"), final(fw, "fedavg"), 1.0), section=r9))
   out.append(Claim(
       "R9-bias", "FedSoftMax's bias grows with the distance from IID: its final-accuracy "
-      "cost is larger in TNIID than in IID", "—",
+      "cost (pp) is larger in TNIID than in IID", "—",
       LargerGap(final("tniid", "fedavg"), final("tniid", "softmax_b1"),
                 c=final("iid", "fedavg"), d=final("iid", "softmax_b1")), section=r9))
   out.append(Claim(
@@ -163,14 +163,14 @@ def claims():
 
   w = "Figs. 6-7, Research Question 3 and Remark 10: the weights and FedMax(k)"
   out.append(Claim(
-      "F6-iid", "IID: α converges to p at a rate about 1/t (‖α − p‖₁ at round 50 below "
-      "half its value at round 10; 1/t gives a fifth)", "Fig. 6 (rate 1/t)",
+      "F6-iid", "IID: α converges to p at a rate about 1/t (100 ‖α − p‖₁ at round 50 "
+      "below half its value at round 10; 1/t gives a fifth)", "Fig. 6 (rate 1/t)",
       Difference(Metric("iid_softmax_b1", "alpha_p_l1", at=10, scale=50.0,
                         label="½ · 100 ‖α − p‖₁ of FedSoftMax β=1, IID"),
                  alpha_gap("iid", at=50)), section=w))
   out.append(Claim(
-      "RQ3-tniid", "Very non-IID: α does not converge to p (‖α − p‖₁ over rounds 41-50 "
-      "larger in TNIID than in IID)", "RQ3 (no numbers)",
+      "RQ3-tniid", "Very non-IID: α does not converge to p (100 ‖α − p‖₁ over rounds "
+      "41-50 larger in TNIID than in IID)", "RQ3 (no numbers)",
       Difference(alpha_gap("tniid", window=10), alpha_gap("iid", window=10)), section=w))
   out.append(Claim(
       "RQ3-limits", "... but α converges to fixed limits, possibly related to F_i*",
@@ -180,13 +180,13 @@ def claims():
   for fw in ("tniid", "niid"):
     out.append(Claim(
         f"R10-start-{fw}", f"{WHERE[fw]}: FedMax(k) speeds up the beginning (test accuracy "
-        "at round 5 above FedAvg's)", "Remark 10 (no numbers)",
+        "in % at round 5 above FedAvg's)", "Remark 10 (no numbers)",
         Difference(Metric(f"{fw}_fedmax_k10", at=5, scale=100.0,
                           label=_label(fw, "fedmax_k10")),
                    Metric(f"{fw}_fedavg", at=5, scale=100.0, label=_label(fw, "fedavg"))),
         section=w))
     out.append(Claim(
-        f"R10-final-{fw}", f"{WHERE[fw]}: FedMax(k) gives poor final accuracy (below FedAvg)",
+        f"R10-final-{fw}", f"{WHERE[fw]}: FedMax(k) gives poor final accuracy (%, below FedAvg)",
         "Remark 10 (no numbers)", Difference(final(fw, "fedavg"), final(fw, "fedmax_k10")),
         section=w))
     out.append(Claim(
@@ -203,7 +203,7 @@ def claims():
     run = f"{fw}_softmax_b1_fstar"
     out.append(Claim(
         f"A3-size-{fw}", f"{WHERE[fw]}: F_i* = 0 is nearly exact for this model: the "
-        "largest estimated F̂_i* is at most 0.05", "spec: exact in the limit",
+        "largest estimated F̂_i*, in thousandths, is at most 50 (0.05)", "spec: exact in the limit",
         AtMost(Metric(run, "local_optimum_max", scale=1000.0,
                       label=f"1000 max_i F̂_i*, {fw.upper()}"), 50.0),
         section=a3))
