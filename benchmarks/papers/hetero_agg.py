@@ -203,7 +203,8 @@ def claims():
     run = f"{fw}_softmax_b1_fstar"
     out.append(Claim(
         f"A3-size-{fw}", f"{WHERE[fw]}: F_i* = 0 is nearly exact for this model: the "
-        "largest estimated F̂_i*, in thousandths, is at most 50 (0.05)", "spec: exact in the limit",
+        "largest estimated F̂_i*, in thousandths, is at most 50 (0.05)",
+        "spec: exact in the limit",
         AtMost(Metric(run, "local_optimum_max", scale=1000.0,
                       label=f"1000 max_i F̂_i*, {fw.upper()}"), 50.0),
         section=a3))
