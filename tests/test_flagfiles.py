@@ -28,7 +28,8 @@ before = json.load(open("tests/data/flagfile_configs.json"))
 def norm(value):
   return tuple(str(v) for v in value) if isinstance(value, (list, tuple)) else value
 
-NEW = ("tensorboard", "compile_cache", "checkpoint_max_share")  # settings added since the configurations were recorded
+NEW = ("tensorboard", "compile_cache", "checkpoint_max_share", "local_optimum",
+       "local_optimum_steps")  # settings added since the configurations were recorded
 
 def compare(key, cfg, grid, exp):
   old = before["combinations"].get(key)
@@ -40,7 +41,8 @@ def compare(key, cfg, grid, exp):
          if n not in NEW and (n not in values or norm(new[n]) != norm(values[n]))]
   hp = {**values, **old["hparams_changed"]}
   bad += [f"hparams {n}={v!r} (was {hp.get(n)!r})"
-          for n, v in settings.as_dict(exp.hparams).items() if norm(v) != norm(hp.get(n))]
+          for n, v in settings.as_dict(exp.hparams).items()
+          if n not in NEW and norm(v) != norm(hp.get(n))]
   if grid != old["grid"]:
     bad.append(f"grid {grid} (was {old['grid']})")
   return [f"{key}: " + "; ".join(bad)] if bad else []

@@ -3,17 +3,12 @@ quadratic toys Q1/Q2 of §9 end to end through the algorithm, Q3 (stochastic) wi
 weight functions, equivalences with FedAvg,
 the vectorized loss pass, the partitions, the model and the curve statistics (§11)."""
 
-import json
-import os
-import subprocess
-import sys
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import REPO, shared_tfds_dir, toy_setup
+from conftest import toy_setup
 from fedjax_bench import curve_stats, models
 from fedjax_bench.algorithms import fedavg, fedmax, fednova
 from fedjax_bench.core import loss_weights as lw
@@ -453,30 +448,3 @@ def test_rounds_to_and_smoothness():
   np.testing.assert_allclose(curve_stats.smoothness(acc[1:])[0], d.std() / abs(d.mean()))
   assert abs(curve_stats.lag1_autocorrelation(np.cumsum(np.arange(10.0)))) <= 1
 
-
-# --- benchmarks/hetero_agg_tables.py --scale=paper, shrunk -------------------------------------
-
-@pytest.mark.slow
-def test_paper_scale_path_runs_end_to_end_at_a_tiny_size(tmp_path):
-  """The paper's CNN, partitions, β grid, FedMax/FedMax(k=10) and the report, at 1 round,
-  2 runs, a 1,000-example pool over 10 clients. Slow: about 7 min on 2 contended CPU cores
-  (the paper CNN scores the 10k test set for every run), so not in the default suite."""
-  if shared_tfds_dir() is None:
-    pytest.skip("real MNIST (TFDS) not found")
-  out = tmp_path / "paper"
-  r = subprocess.run(
-      [sys.executable, str(REPO / "benchmarks" / "hetero_agg_tables.py"), "--scale=paper",
-       "--frameworks=tniid", "--rounds_override=1", "--runs_override=1,2",
-       "--pool_size_override=1000", "--num_clients_override=10", f"--out={out}"],
-      capture_output=True, text=True, timeout=1800, cwd=tmp_path,
-      env=dict(os.environ, TFDS_DATA_DIR=str(shared_tfds_dir())))
-  assert r.returncode == 0, r.stderr[-3000:]
-  runs = sorted(p.name for p in (out / "runs").iterdir())
-  assert runs == ["tniid_fedmax_k_ps0.json", "tniid_fedmax_ps0.json",
-                  "tniid_fedsoftmax_ps0.json"]
-  rec = json.loads((out / "runs" / "tniid_fedsoftmax_ps0.json").read_text())
-  assert rec["config"]["model"] == "paper_cnn" and len(rec["sizes"]) == 10
-  assert [g["softmax_beta"] for g in rec["grid"]] == [0.0, 1.0, 2.0, 5.0]
-  assert len(rec["test_accuracy"][0][0]) == 2  # rounds 0 and 1
-  assert "FedSoftMax β=5" in (out / "REPORT_TABLES.md").read_text()
-  assert (out / "accuracy.png").exists() and (out / "tables.json").exists()

@@ -3,7 +3,9 @@
 Algorithm 1 with loss-aware aggregation weights. Each round t:
   1. observe the cohort I_t (the paper: everyone, --participation=full);
   2. ℓ_i = F_i(w_t) − F_i*: every client's full local loss at the broadcast model, one
-     vectorized pass (F_i* = 0, spec A3/A4);
+     vectorized pass, less F_i* (spec A3/A4): 0 (--local_optimum=zero), or estimated once
+     before round 1 by training each client alone (--local_optimum=estimate,
+     core/local_optimum.py);
   3. α = WEIGHTS[strategy](ℓ, p), p_i = n_i / Σ_{j∈I_t} n_j:
        fedmax      α = 1/|J| on J = argmax ℓ                      (eq. 15, 22)
        fedmax_k    α = 1/k on the k largest ℓ                     (--fedmax_k)
@@ -36,6 +38,16 @@ class Hparams(rounds.Synchronous):
                                "least eps of its p (spec §4.5).", check=PROBABILITY, sweep=True)
   record_alpha: bool = setting(False, "Report every client's aggregation weight each round "
                                "(metrics alpha_0000, alpha_0001, ...).")
+  local_optimum: str = setting("zero", "F_i* in the loss gap l_i = F_i(w_t) - F_i* that the "
+                               "weights read: zero (spec A3's default), or estimate: before "
+                               "round 1 each client trains alone from the initial model for "
+                               "--local_optimum_steps SGD steps (--batch_size, --sampling, "
+                               "--client_lr), and F_i* is the lower of its full local loss "
+                               "then and at the start (metrics local_optimum_mean/_max).",
+                               choices=("zero", "estimate"))
+  local_optimum_steps: int = setting(500, "--local_optimum=estimate: the SGD steps each "
+                                     "client trains alone.", check=POSITIVE,
+                                     used_if=lambda hp: hp.local_optimum == "estimate")
 
 
 @section("loss-aware aggregation")
@@ -67,13 +79,24 @@ def build(task: Task, world: World, hp: Hparams, *, strategy: str) -> FederatedA
   weigh = loss_weights.WEIGHTS[strategy]
   record_alpha = hp.record_alpha
   beta = hp.softmax_beta if strategy == "fedsoftmax" else 1.0
+  estimate = hp.local_optimum == "estimate"
 
   def init(key):
-    return rounds.init_server(task, world, sopt, key), ()
+    server = rounds.init_server(task, world, sopt, key)
+    if estimate:  # F̂_i* in the server's aux
+      # Imported here, so that only the runs that estimate load the module (a run's
+      # record hashes every loaded module's top level, claims/code.py).
+      from fedjax_bench.core import local_optimum
+      server = server._replace(aux=local_optimum.estimate(
+          task, server.params, local_optimum.key_of(key), steps=hp.local_optimum_steps,
+          lr=hp.client_lr, batch_size=hp.batch_size, sampling=hp.sampling))
+    return server, ()
 
   def round_fn(server: ServerState, clients, key):
     mask, c, world_state = rounds.observe(world, server, key)
     losses = loss_weights.client_losses(task, server.params)
+    if estimate:
+      losses = losses - server.aux
     p = jnp.where(rounds.participated(c, task.num_clients), task.counts, 0).astype(jnp.float32)
     alpha = weigh(losses, p, k=k, beta=beta)
     alpha = loss_weights.floor_mix(alpha, p, hp.alpha_floor)
@@ -81,9 +104,12 @@ def build(task: Task, world: World, hp: Hparams, *, strategy: str) -> FederatedA
                                        sum_weights=jnp.where(c.valid, alpha[c.ids], 0.0))
     server = rounds.apply_update(sopt, server, delta, world_state, skip=~jnp.any(c.valid))
     # alpha and rho are undefined (0/0) in a round nobody trained: count 0 there.
-    return server, clients, {**rounds.metrics(mask, c, train_losses),
-                             **with_count(alpha_metrics(alpha, losses, p, record_alpha),
-                                          jnp.any(c.valid))}
+    metrics = {**rounds.metrics(mask, c, train_losses),
+               **with_count(alpha_metrics(alpha, losses, p, record_alpha), jnp.any(c.valid))}
+    if estimate:
+      metrics.update(local_optimum_mean=jnp.mean(server.aux),
+                     local_optimum_max=jnp.max(server.aux))
+    return server, clients, metrics
 
   return FederatedAlgorithm(init, round_fn)
 

@@ -343,3 +343,37 @@ class LargerGap(Difference):
       raise ValueError(f"{self.a.run} and {self.c.run} do not share seeds: no paired gaps")
     d = _paired(self.a, self.b, records) - _paired(self.c, self.d, records)
     return (*interval(d), d.size)
+
+
+@dataclasses.dataclass(frozen=True)
+class Smoothness(Metric):
+  """Per-seed smoothness of a run's curve (the loss-aware aggregation paper's Table 4, spec
+  003 A8): std(Δ)/|mean(Δ)| of the changes Δ between consecutive evaluations from round
+  ``start`` on, population std (higher is rougher)."""
+  start: int = 1
+
+  def values(self, records: dict) -> np.ndarray:
+    rec = records[self.run]
+    rounds = np.asarray(rec["rounds"])
+    curve = np.asarray(rec["metrics"][self.metric], dtype=np.float64)[:, self.point, :]
+    d = np.diff(self.scale * curve[rounds >= self.start], axis=0)
+    return d.std(axis=0) / np.abs(d.mean(axis=0))
+
+  def describe(self) -> str:
+    return (f"{self.label or self.run}: smoothness std(Δ)/|mean(Δ)| of {self.metric} "
+            f"from round {self.start}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Relative(Difference):
+  """The paper's "a exceeds b by a fraction of a" (e.g. rounds saved, relative): the mean
+  over seeds of (a − b)/a, paired per seed; the verdict as `Difference`'s, ``margin`` a
+  fraction."""
+
+  def _described(self) -> str:
+    return (f"mean over seeds of ({self.a.describe()} − {self.b.describe()}) / "
+            f"({self.a.describe()}), paired per seed")
+
+  def _interval(self, records):
+    d = _paired(self.a, self.b, records) / self.a.values(records)
+    return (*interval(d), d.size)
