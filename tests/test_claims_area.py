@@ -172,3 +172,23 @@ def test_the_exact_gradient_runs_hold_every_client_in_one_batch():
     pytest.skip(f"MNIST not available locally: {e}")
   for n, c in counts.items():
     assert int(np.max(c)) <= area.E_BATCH[n], n
+
+
+@pytest.mark.filterwarnings("ignore:No artists with labels")  # ax.plot is replaced
+def test_a_figure_curve_is_drawn_at_the_tuned_point(tmp_path, monkeypatch):
+  import matplotlib.axes
+  from fedjax_bench.claims import Curve, Figure, Paper, Run, plot
+  drawn = []
+  monkeypatch.setattr(matplotlib.axes.Axes, "plot",
+                      lambda self, x, y, **kw: drawn.append(np.asarray(y)))
+  tune = Metric("r", "gap")
+  fig = Figure("f.png", "t", (Curve("r", "common", "gap", tune=tune),
+                              Curve("r", "own", "gap", tune=tune, tune_each_seed=True),
+                              Curve("r", "point 2", "gap", point=2)), ylabel="gap", log=True)
+  paper = Paper(name="toy", title="t", spec="s", runs=(Run("r", {}),), claims=(),
+                figures=(fig,))
+  plot(paper, tuned_record(), str(tmp_path))
+  np.testing.assert_allclose(drawn[0], [10, 2])   # the middle point's seed mean
+  np.testing.assert_allclose(drawn[1], [10, 4 / 3])  # seeds 0, 1 middle, seed 2 last: 1, 2, 1
+  np.testing.assert_allclose(drawn[2], [10, 19 / 3])
+  assert (tmp_path / "toy" / "f.png").exists()

@@ -11,7 +11,7 @@ import os
 from typing import Optional
 
 from fedjax_bench.claims import store
-from fedjax_bench.claims.verdicts import VERDICTS, Claim
+from fedjax_bench.claims.verdicts import VERDICTS, Claim, Metric
 
 
 @dataclasses.dataclass(frozen=True)
@@ -20,6 +20,9 @@ class Curve:
   label: str
   metric: str = "test_accuracy"
   scale: float = 1.0
+  point: int = 0                  # the grid point of a swept run, or
+  tune: Optional[Metric] = None   # the one a claim's `Metric(tune=...)` picks
+  tune_each_seed: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,7 +141,11 @@ def plot(paper: Paper, records: dict, root: str = "results") -> list[str]:
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for cu in fig_decl.curves:
       rec = records[cu.run]
-      curve = cu.scale * np.asarray(rec["metrics"][cu.metric], dtype=np.float64)[:, 0, :]
+      arr = np.asarray(rec["metrics"][cu.metric], dtype=np.float64)  # [E, G, S]
+      pick = (Metric(cu.run, cu.metric, tune=cu.tune,
+                     tune_each_seed=cu.tune_each_seed).tuned_points(rec)[0]
+              if cu.tune is not None else np.full(arr.shape[2], cu.point))
+      curve = cu.scale * arr[:, pick, np.arange(arr.shape[2])]
       ax.plot(rec["rounds"], np.nanmean(curve, axis=1), label=cu.label)
     if fig_decl.log:
       ax.set_yscale("log")
@@ -148,6 +155,7 @@ def plot(paper: Paper, records: dict, root: str = "results") -> list[str]:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
+    os.makedirs(paper.directory(root), exist_ok=True)
     p = os.path.join(paper.directory(root), fig_decl.file)
     results.save_figure(p, fig)
     written.append(p)

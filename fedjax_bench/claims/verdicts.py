@@ -73,18 +73,23 @@ class Metric:
     rec = records[self.run]
     if self.tune is None:
       return self._values(rec, self.point)
-    if self.tune.run != self.run or self.tune.tune is not None:
+    pick, ok = self.tuned_points(rec)
+    vals = np.stack([self._values(rec, g) for g in range(_grid_size(rec))])
+    out = vals[pick, np.arange(vals.shape[1])]
+    return np.where(ok, out, np.nan)
+
+  def tuned_points(self, rec: dict):
+    """([S] the grid point ``tune`` picks for each seed, [S] whether any point was finite)."""
+    if self.tune is None or self.tune.run != self.run or self.tune.tune is not None:
       raise ValueError(f"{self.run}: tune must be an untuned Metric of the same run")
-    points = range(len(rec["metrics"][next(iter(rec["metrics"]))][0]))
+    points = range(_grid_size(rec))
     score = np.stack([dataclasses.replace(self.tune, point=g)._values(rec, g) for g in points])
     score = np.where(np.isfinite(score), score, np.inf)  # [G, S]
     if not self.tune_each_seed:
       score = np.broadcast_to(score.mean(axis=1, keepdims=True), score.shape)
     last = score.shape[0] - 1
     pick = last - np.argmin(score[::-1], axis=0)  # [S]: ties to the later point
-    vals = np.stack([self._values(rec, g) for g in points])
-    out = vals[pick, np.arange(vals.shape[1])]
-    return np.where(np.isfinite(score.min(axis=0)), out, np.nan)
+    return pick, np.isfinite(score.min(axis=0))
 
   def _values(self, rec: dict, point: int) -> np.ndarray:
     rounds = np.asarray(rec["rounds"])
@@ -161,6 +166,10 @@ class Metric:
               else "the grid point with the smallest seed-mean")
       out += f", at {rule} {self.tune.describe().split(': ', 1)[1]}"
     return out
+
+
+def _grid_size(rec: dict) -> int:
+  return len(rec["metrics"][next(iter(rec["metrics"]))][0])
 
 
 def _after(rounds: np.ndarray) -> float:
