@@ -9,8 +9,7 @@ import pytest
 
 from fedjax_bench import algorithms
 from fedjax_bench.sim import asynchrony
-from test_async_reference import (Affine, init_key, make_world, regression_task, round_key,
-                                  slow)
+from test_async_reference import Affine, init_key, make_world, regression_task, round_key
 
 
 def scalar(params):
@@ -204,7 +203,6 @@ def test_e1_area_converges_to_machine_precision():
   assert geomean(at5)[0] < 1e-9
 
 
-@slow
 def test_e1_acceptance():
   """§7 E1 (a)-(d) at the tuned stepsizes of the calibration, 4 seeds, float64."""
   seeds = [0, 1, 2, 3]
