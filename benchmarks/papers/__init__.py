@@ -1,5 +1,5 @@
 """The papers whose claims `benchmarks/claims.py` checks, each declared in its module."""
 
-from papers import fedawe
+from papers import fedawe, fedef
 
-PAPERS = {p.name: p for p in (fedawe.PAPER,)}
+PAPERS = {p.name: p for p in (fedawe.PAPER, fedef.PAPER)}
