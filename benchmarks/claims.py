@@ -4,6 +4,8 @@
   python benchmarks/claims.py --list [PAPER ...]  # each claim's verdict, each run's state
   python benchmarks/claims.py PAPER [--claim=ID] [--force]
       # makes PAPER's missing and stale runs (or claim ID's), then writes its REPORT.md
+  python benchmarks/claims.py PAPER --verify [--claim=ID]
+      # reruns them aside; fails if a verdict differs from the committed runs' one
 
 A paper is declared in benchmarks/papers/PAPER.py: its runs (settings, seeds) and its
 claims (the paper's statement and number, the test that gives the verdict). Runs are
@@ -41,6 +43,9 @@ flags.DEFINE_bool("strict", False, "With --check, runs made on code changed sinc
 flags.DEFINE_bool("list", False, "Print each claim's verdict and each run's state.")
 flags.DEFINE_string("claim", "", "Only this claim's runs (with a PAPER).")
 flags.DEFINE_bool("force", False, "Rerun the runs even when fresh.")
+flags.DEFINE_bool("verify", False, "With a PAPER: rerun its runs (or --claim's) in a temporary "
+                  "directory, leaving the committed ones, and fail if a verdict differs from "
+                  "the committed runs' one.")
 flags.DEFINE_string("results_dir", os.path.join(os.path.dirname(HERE), "results"),
                     "Where results/PAPER/ lives.")
 FLAGS = flags.FLAGS
@@ -116,9 +121,7 @@ def listing(ps, root: str) -> int:
 
 
 def make(p, root: str, claim_id: str, force: bool) -> int:
-  if claim_id and claim_id not in {c.id for c in p.claims}:
-    raise UsageError(f"unknown claim {claim_id!r} of {p.name}; valid: "
-                     + ", ".join(c.id for c in p.claims))
+  _known_claim(p, claim_id)
   runs = p.claim_runs(claim_id or None)
   todo = [r for r in runs if force or store.status(store.load(p.runs_dir(root), r), r) != "fresh"]
   print(f"{p.name}: {len(runs)} runs, {len(todo)} to make", flush=True)
@@ -142,6 +145,46 @@ def make(p, root: str, claim_id: str, force: bool) -> int:
   return 0
 
 
+def verify(p, root: str, claim_id: str) -> int:
+  """Reruns the claims' runs aside and compares each verdict with the committed one."""
+  import tempfile
+
+  import numpy as np
+  _known_claim(p, claim_id)
+  runs = p.claim_runs(claim_id or None)
+  committed = records_of(p, root)
+  with tempfile.TemporaryDirectory() as tmp:
+    rerun = {}
+    for i, r in enumerate(runs):
+      print(f"[{i + 1}/{len(runs)}] {r.name}", flush=True)
+      rerun[r.name] = store.execute(tmp, r)
+  differ = 0
+  for r in runs:
+    if r.name in committed:
+      gap = max(float(np.nanmax(np.abs(np.asarray(rerun[r.name]["metrics"][m], np.float64)
+                                       - np.asarray(committed[r.name]["metrics"][m], np.float64)),
+                                initial=0.0))
+                for m in rerun[r.name]["metrics"])
+      print(f"  {r.name}: largest difference of any metric from the committed run {gap:.3g}")
+  for c in p.claims:
+    if c.test is None or not set(c.test.runs()) <= set(rerun):
+      continue
+    old = c.outcome(committed) if all(n in committed for n in c.test.runs()) else None
+    new = c.outcome({**committed, **rerun})
+    same = old is not None and old.verdict == new.verdict
+    differ += not same
+    print(f"  {c.id:<14} {'same' if same else 'DIFFERS'}: committed "
+          f"{old.verdict if old else 'missing'} {old.ours if old else ''}, rerun {new.verdict} "
+          f"{new.ours} {new.interval}")
+  return 1 if differ else 0
+
+
+def _known_claim(p, claim_id: str) -> None:
+  if claim_id and claim_id not in {c.id for c in p.claims}:
+    raise UsageError(f"unknown claim {claim_id!r} of {p.name}; valid: "
+                     + ", ".join(c.id for c in p.claims))
+
+
 def main(argv) -> int:
   names = argv[1:]
   root = FLAGS.results_dir
@@ -152,6 +195,8 @@ def main(argv) -> int:
   if len(names) != 1:
     raise UsageError("name one paper to run (valid: " + ", ".join(papers.PAPERS)
                      + "), or pass --check or --list")
+  if FLAGS.verify:
+    return verify(chosen(names)[0], root, FLAGS.claim)
   return make(chosen(names)[0], root, FLAGS.claim, FLAGS.force)
 
 

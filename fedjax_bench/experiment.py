@@ -133,24 +133,22 @@ def _participation(cfg: Config, dataset: Dataset):
 
 
 def setup_per_seed(cfg: Config, seeds) -> Experiment:
-  """--data_per_seed: seed s's partition, generated data, availability phi and asynchronous
-  client rates are those of a one-seed run with --partition_seed=data_seed(partition_seed,
-  s) (`data.per_seed`), inside one program: the examples are pooled once and every run
-  gets index maps and its world's arrays (`Experiment.run_data`). The task and world
+  """--data_per_seed: seed s's partition, generated data, priority clients and test set
+  (prioritized FL), availability phi and asynchronous client rates are those of a one-seed
+  run with --partition_seed=data_seed(partition_seed, s) (`data.per_seed`), inside one
+  program: the examples are pooled once and every run gets index maps and its world's
+  arrays (`Experiment.run_data`). The task and world
   built here are seed 0's, with static bounds (largest client, local steps, cohort cap)
   over all seeds."""
   if not seeds:
     raise UsageError("--data_per_seed needs the run's seeds at setup "
                      "(experiment.setup(cfg, seeds=[...]))")
-  if (cfg.kind == algorithms.PRIORITIZED or cfg.data.num_priority
-      or cfg.data.dataset in PRIORITY_DATASETS):
-    raise UsageError("--data_per_seed does not redraw priority clients; prioritized FL "
-                     "redraws its data with --partition_seed per seed (benchmarks/"
-                     "fedalign_cpu.py)")
   algorithm = algorithms.get(cfg.algo)
   per_seed = data.load_per_seed(cfg.data.dataset, seeds=list(seeds),
                                 partition_seed=cfg.data.partition_seed,
                                 **cfg.data.load_kwargs())
+  if _prioritized(cfg, per_seed.layouts[0].priority is not None):
+    per_seed = _roles_per_seed(per_seed, cfg)
   dataset = per_seed.summary(0)
   model = cfg.model.make(dataset)
   gap = cfg.eval.optimality_gap or cfg.data.dataset == "quadratic"
@@ -201,29 +199,59 @@ def setup_per_seed(cfg: Config, seeds) -> Experiment:
                     per_seed=per_seed)
 
 
-PRIORITY_DATASETS = ("gaussmix_shards", "synth_pfl")
-
-
 def _row(tree, k: int):
   import jax
   import jax.numpy as jnp
   return jax.tree.map(lambda a: jnp.asarray(a[k]), tree)
 
 
-def with_priority(dataset: Dataset, cfg: Config) -> tuple[Dataset, Config]:
-  """Priority roles and the test set the prioritized objective needs, and
-  local_model's client resolved; unchanged without --num_priority or a PFL algorithm."""
-  pfl = cfg.kind == algorithms.PRIORITIZED
-  if not (pfl or cfg.data.num_priority or dataset.priority is not None):
-    return dataset, cfg
+def _prioritized(cfg: Config, has_roles: bool) -> bool:
+  """Whether the run has priority clients (checking that its data have labels)."""
+  if not (cfg.kind == algorithms.PRIORITIZED or cfg.data.num_priority or has_roles):
+    return False
   if data.LOSS_TYPES.get(cfg.data.dataset, "cross_entropy") != "cross_entropy":
     raise UsageError(f"prioritized FL resamples the test set by label; --dataset="
                      f"{cfg.data.dataset} has no labels (a classification dataset: "
                      "synthetic, mnist, toyfl, synth_pfl, ...)")
+  return True
+
+
+def _num_priority(cfg: Config, dataset: Dataset) -> int:
+  return cfg.data.num_priority or (0 if dataset.priority is not None else 2)
+
+
+def _roles_per_seed(per_seed, cfg: Config):
+  """``per_seed`` with each seed's priority clients, test set and local_model client:
+  those `with_priority` gives a one-seed run on the seed's data seed."""
   client = getattr(cfg.hparams, "local_client", -1)
-  dataset = priority_lib.prioritize(
-      dataset, cfg.data.num_priority or (0 if dataset.priority is not None else 2),
-      cfg.data.partition_seed, test_mix=cfg.data.test_mix, client=client)
+  layouts = []
+  for k, layout in enumerate(per_seed.layouts):
+    ds, rows = priority_lib.roles(per_seed.summary(k), _num_priority(cfg, per_seed.summary(k)),
+                                  layout.data_seed, test_mix=cfg.data.test_mix, client=client)
+    test_index = layout.test_index
+    if rows is not None:
+      test_index = rows if test_index is None else test_index[rows]
+    local = client
+    if hasattr(cfg.hparams, "local_client") and client < 0:
+      local = priority_lib.local_client(ds)
+    elif client >= 0 and (client >= len(ds.priority) or ds.priority[client]):
+      raise UsageError(f"--local_client={client} must be a free client of every seed (seed "
+                       f"{layout.seed}'s free clients: {np.flatnonzero(~ds.priority).tolist()}); "
+                       "or -1: each seed's own")
+    layouts.append(dataclasses.replace(layout, test_index=test_index, priority=ds.priority,
+                                       aligned=ds.aligned, local_client=local))
+  return dataclasses.replace(per_seed, layouts=layouts)
+
+
+def with_priority(dataset: Dataset, cfg: Config) -> tuple[Dataset, Config]:
+  """Priority roles and the test set the prioritized objective needs, and
+  local_model's client resolved; unchanged without --num_priority or a PFL algorithm."""
+  if not _prioritized(cfg, dataset.priority is not None):
+    return dataset, cfg
+  client = getattr(cfg.hparams, "local_client", -1)
+  dataset = priority_lib.prioritize(dataset, _num_priority(cfg, dataset),
+                                    cfg.data.partition_seed, test_mix=cfg.data.test_mix,
+                                    client=client)
   if hasattr(cfg.hparams, "local_client") and client < 0:
     cfg = dataclasses.replace(cfg, hparams=dataclasses.replace(
         cfg.hparams, local_client=priority_lib.local_client(dataset)))

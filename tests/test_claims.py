@@ -94,8 +94,14 @@ def test_metric_windows_rounds_and_reach():
   np.testing.assert_allclose(Metric("r", "m", window=20).values(rec), [0.6, 0.4])
   np.testing.assert_allclose(Metric("r", "m", at=20, scale=100).values(rec), [30, 20])
   np.testing.assert_array_equal(Metric("r", "m", reach=0.3).values(rec), [20, 30])
-  np.testing.assert_array_equal(Metric("r", "m", reach=0.6).values(rec), [40, np.nan])
-  out = Difference(Metric("r", "m", reach=0.6), Metric("r", "m", reach=0.1)).outcome(rec)
+  # Never reached: one evaluation after the last, a lower bound of the true round.
+  np.testing.assert_array_equal(Metric("r", "m", reach=0.6).values(rec), [40, 50])
+
+
+def test_a_diverged_seed_makes_the_statistic_n_a():
+  recs = records(a=[1.0, 2.0, 3.0], b=[0.0, 0.0, 0.0])
+  recs["a"]["metrics"]["test_accuracy"][-1][0][1] = None  # JSON's NaN
+  out = Difference(Metric("a"), Metric("b")).outcome(recs)
   assert out.verdict == verdicts.NOT_REPRODUCED and out.ours == "n/a"
 
 
@@ -131,7 +137,8 @@ def test_a_run_is_fresh_until_its_configuration_or_its_code_changes(tmp_path):
   assert store.status(store.load(str(tmp_path), run), run) == "missing"
   rec = store.execute(str(tmp_path), run, log=lambda *_: None)
   assert store.status(store.load(str(tmp_path), run), run) == "fresh"
-  assert "core/local.py" in rec["code"] and "claims/store.py" not in rec["code"]
+  assert "core/local.py:train" in rec["code"] and "core/local.py" in rec["code"]
+  assert not any(k.startswith("claims/") for k in rec["code"])
   assert rec["rounds"] == [0, 1, 2] and np.asarray(rec["metrics"]["test_accuracy"]).shape == (3, 1, 2)
 
   from fedjax_bench import api
@@ -141,8 +148,65 @@ def test_a_run_is_fresh_until_its_configuration_or_its_code_changes(tmp_path):
   other = Run("tiny", {**TINY, "algo": "fedavg", "client_lr": 0.2}, seeds=(0, 1))
   assert store.status(rec, other) == "configuration changed"
   assert store.status(rec, Run("tiny", run.settings, seeds=(0, 2))) == "configuration changed"
-  old = {**rec, "code": {**rec["code"], "core/local.py": "0" * 16}}
-  assert store.status(old, run) == "code changed: core/local.py"
+  old = {**rec, "code": {**rec["code"], "core/local.py:train": "0" * 16}}
+  assert store.status(old, run) == "code changed: core/local.py:train"
+  first_format = {k: v for k, v in rec.items() if k != "code_kind"}  # whole-file hashes
+  assert store.status(first_format, run).startswith("code changed: recorded before")
+
+
+MODULE = """'''A module.'''
+SCALE = 2  # a constant
+
+
+def used(x):
+  '''Doubles.'''
+  return SCALE * helper(x)
+
+
+def helper(x):
+  return x + 1
+
+
+def unused(x):
+  return x - 1
+
+
+class Box:
+  size: int = 3
+
+  def grow(self):
+    return self.size + 1
+"""
+
+
+@pytest.mark.parametrize("edit, stale", [
+    (("return x + 1", "return x + 2"), ["toymod.py:helper"]),       # called, nested call
+    (("return x - 1", "return x - 2"), []),                          # never called
+    (("SCALE = 2", "SCALE = 3"), ["toymod.py"]),                     # top level
+    (("size: int = 3", "size: int = 4"), ["toymod.py"]),             # class body
+    (("return self.size + 1", "return self.size + 2"), ["toymod.py:Box.grow"]),
+    (("# a constant", "# the scale"), []),                           # a comment
+    (("'''Doubles.'''", "'''Twice x plus two.'''"), []),  # a docstring
+])
+def test_a_run_goes_stale_only_on_code_it_ran(tmp_path, monkeypatch, edit, stale):
+  from fedjax_bench.claims import code
+  path = tmp_path / "toymod.py"
+  path.write_text(MODULE)
+  monkeypatch.setattr(code, "PACKAGE_DIR", str(tmp_path))
+  monkeypatch.syspath_prepend(str(tmp_path))
+  sys.modules.pop("toymod", None)
+  import toymod
+  with code.Trace() as trace:
+    toymod.used(1)
+    toymod.Box().grow()
+  recorded = code.digest(trace)
+  assert {k for k in recorded if k.startswith("toymod")} == {
+      "toymod.py", "toymod.py:used", "toymod.py:helper", "toymod.py:Box.grow"}
+  assert code.changed(recorded) == []
+  path.write_text(MODULE.replace(*edit))
+  os.utime(path, (1, 1))  # a new mtime, whatever the clock's resolution
+  assert code.changed(recorded) == stale
+  sys.modules.pop("toymod", None)
 
 
 def claims_cli(*args, cwd=ROOT):
@@ -176,3 +240,20 @@ def test_unknown_paper_or_claim_is_one_line():
   assert "fedawe" in p.stderr.strip().splitlines()[-1]
   p = claims_cli("fedawe", "--claim=nosuch")
   assert p.returncode == 2 and "unknown claim 'nosuch' of fedawe; valid: T2-gain" in p.stderr
+
+
+def test_verify_reruns_aside_and_finds_a_committed_run_that_the_code_does_not_give(tmp_path):
+  # The committed FedAWE run must come out again bit for bit; its FedAvg partner, edited to
+  # fail, must flip the claim's verdict and fail the command.
+  shutil.copytree(os.path.join(ROOT, "results", "fedawe"), tmp_path / "fedawe")
+  runs = sorted((tmp_path / "fedawe" / "runs").glob("*.json"))
+  path = tmp_path / "fedawe" / "runs" / "toyfl_paper_sine_fedavg.json"
+  import json
+  rec = json.loads(path.read_text())
+  rec["metrics"]["test_accuracy"] = np.zeros_like(rec["metrics"]["test_accuracy"]).tolist()
+  path.write_text(json.dumps(rec))
+  p = claims_cli("fedawe", "--verify", "--claim=S-paper-phi", f"--results_dir={tmp_path}")
+  assert p.returncode == 1, p.stdout + p.stderr
+  assert "toyfl_paper_sine_fedawe: largest difference of any metric from the committed run 0\n" in p.stdout
+  assert "S-paper-phi    DIFFERS: committed reproduced" in p.stdout
+  assert sorted((tmp_path / "fedawe" / "runs").glob("*.json")) == runs  # nothing written

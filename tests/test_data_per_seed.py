@@ -56,6 +56,21 @@ CONFIGS = {
     "async_rates": (dict(algo="area", dataset="synthetic", num_clients=12,
                          async_rates="normal", local_steps=2, batch_size=10,
                          train_eval_examples=0, rounds=8), False),
+    # Prioritized FL: each seed draws its shards, priority clients and priority test mix
+    # (rows of the shared test set); FedALIGN admits per seed after the warm-up, under
+    # partial participation of both groups.
+    "prioritized": (dict(algo="fedalign", dataset="mnist", num_clients=12,
+                         partition="shards_random", shard_size=20, num_priority=4,
+                         warmup_rounds=1, align_epsilon=0.3, priority_fraction=0.5,
+                         free_fraction=0.5, local_steps=2, batch_size=8, rounds=3), True),
+    # A generator's roles and test sets (pooled per seed).
+    "prioritized_generated": (dict(algo="fedalign", dataset="gaussmix_shards",
+                                   num_clients=12, warmup_rounds=1, local_steps=2,
+                                   batch_size=8, rounds=3), True),
+    # local_model: each seed's own client (the authors' rule) and its test mix.
+    "local_model": (dict(algo="local_model", dataset="mnist", num_clients=12,
+                         partition="shards_random", shard_size=20, num_priority=4,
+                         test_mix="local_client", local_steps=2, batch_size=8, rounds=3), True),
 }
 
 
@@ -146,6 +161,24 @@ def test_seeds_get_different_partitions_phi_and_rates(fake_mnist):
   assert rates.shape == (2, 12) and not np.array_equal(rates[0], rates[1])
 
 
+@pytest.mark.parametrize("name", ["prioritized", "local_model"])
+def test_seeds_get_their_own_priority_clients_and_test_sets(name, fake_mnist):
+  seeds = [0, 1, 2]
+  exp = experiment.setup(_cfg(name, data_per_seed=True), seeds=seeds)
+  view, task = exp.run_data.task, exp.task
+  assert view.priority.dtype == bool and view.priority.shape == (3, 12)
+  assert len({tuple(np.flatnonzero(p)) for p in view.priority}) == 3
+  for k, seed in enumerate(seeds):
+    alone = experiment.setup(_cfg(name, partition_seed=PARTITION_SEED + seed), seeds=[seed])
+    np.testing.assert_array_equal(view.priority[k], np.asarray(alone.task.priority))
+    np.testing.assert_array_equal(view.aligned[k], np.asarray(alone.task.aligned))
+    rows = view.test_index[k][:view.test_count[k]]
+    np.testing.assert_array_equal(np.asarray(task.test_y)[rows], np.asarray(alone.task.test_y))
+    if name == "local_model":
+      assert view.local_client[k] == alone.hparams.local_client >= 0
+      assert not view.priority[k][view.local_client[k]]
+
+
 def test_data_seed_is_partition_seed_plus_seed():
   from fedjax_bench.data import per_seed as per_seed_lib
   assert [per_seed_lib.data_seed(5, s) for s in (0, 1, 7)] == [5, 6, 12]
@@ -221,8 +254,9 @@ def test_memory_estimate_counts_the_index_maps(fake_mnist):
 def test_usage_errors(fake_mnist):
   with pytest.raises(UsageError, match="needs the run's seeds"):
     experiment.setup(_cfg("index_map", data_per_seed=True))
-  with pytest.raises(UsageError, match="priority"):
-    experiment.setup(_cfg("index_map", data_per_seed=True, algo="fedalign"), seeds=[0])
+  with pytest.raises(UsageError, match="must be a free client of every seed"):
+    experiment.setup(_cfg("local_model", data_per_seed=True, local_client=12,
+                          test_mix="priority"), seeds=[0])
   exp = experiment.setup(_cfg("index_map", data_per_seed=True), seeds=SEEDS)
   with pytest.raises(UsageError, match="pass the experiment's run_data"):
     engine.run(exp.build, exp.task, exp.hparams, seeds=SEEDS, rounds=1, eval_every=1)

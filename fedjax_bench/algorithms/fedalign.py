@@ -128,8 +128,9 @@ def build(task: Task, world: World, hp: Hparams, *, method: str,
   cfg = _check(task, hp, method)
   is_p = task.priority
   n = task.num_clients
-  prio_np = np.asarray(is_p)
-  n_p, n_f = int(prio_np.sum()), int((~prio_np).sum())
+  per_run = task.view is not None  # --data_per_seed: each run's roles, traced
+  n_p = task.num_priority if per_run else int(np.asarray(is_p).sum())
+  n_f = n - n_p
   k_p = max(1, int(np.floor(cfg["priority_fraction"] * n_p)))
   k_f = int(np.floor(cfg["free_fraction"] * n_f))
   full = cfg["priority_fraction"] == 1 and cfg["free_fraction"] == 1
@@ -139,7 +140,7 @@ def build(task: Task, world: World, hp: Hparams, *, method: str,
   sopt = hp.optimizer()
   mu = hp.prox_mu
   record = hp.record_admitted
-  free_ids = np.flatnonzero(~prio_np)
+  free_ids = np.arange(n) if per_run else np.flatnonzero(~np.asarray(is_p))
 
   def participation(key):
     """(who takes part [N] bool, how often each priority client was drawn [N])."""
@@ -162,7 +163,9 @@ def build(task: Task, world: World, hp: Hparams, *, method: str,
     """(g, s [N]) at ``params``: the priority score and each client's selection score."""
     loss, acc = client_scores.per_client(task, params)
     m = acc if cfg["score"] == "accuracy" else loss
-    g = jnp.sum(jnp.where(is_p, d * m, 0.0)) / jnp.sum(jnp.where(is_p, d, 0.0))
+    # Times the reciprocal, as XLA computes a division by a constant: the same g whether
+    # the roles are constants or a --data_per_seed run's (traced).
+    g = jnp.sum(jnp.where(is_p, d * m, 0.0)) * (1.0 / jnp.sum(jnp.where(is_p, d, 0.0)))
     if cfg["selection_batch"]:
       loss, acc = client_scores.minibatch(task, params, keys.for_purpose(key, "selection"),
                                           cfg["selection_batch"])
@@ -318,15 +321,18 @@ def _check(task: Task, hp: Hparams, method: str) -> dict:
       "priority_fraction": rounds.static(hp.priority_fraction, "priority_fraction"),
       "free_fraction": rounds.static(hp.free_fraction, "free_fraction"),
   }
-  prio = np.asarray(task.priority)
   cfg["local_client"] = -1
   if method == "local_model":
-    k = int(hp.local_client)
-    if k < 0:
-      raise UsageError("--algo=local_model needs the free client to train (--local_client)")
-    if not 0 <= k < task.num_clients or prio[k]:
-      raise UsageError(f"--local_client={k} must be a free client; free clients: "
-                       f"{_ids(np.flatnonzero(~prio))}")
+    if task.view is not None and task.view.local_client is not None:
+      k = task.view.local_client  # each seed's, checked by experiment.setup_per_seed
+    else:
+      k = int(hp.local_client)
+      if k < 0:
+        raise UsageError("--algo=local_model needs the free client to train (--local_client)")
+      prio = np.asarray(task.priority)
+      if not 0 <= k < task.num_clients or prio[k]:
+        raise UsageError(f"--local_client={k} must be a free client; free clients: "
+                         f"{_ids(np.flatnonzero(~prio))}")
     cfg["local_client"] = k
   if cfg["compat"] == "authors_code":
     if method == "local_model":

@@ -2,10 +2,10 @@
 
 A `Run` is settings by flag name (what `fedjax_bench.run` takes), seeds and an optional
 sweep. Its record holds every evaluated metric per round, grid point and seed, the key
-of its resolved configuration and the hashes of the library's source files that were
-loaded when it ran. A record is fresh when both still match: a changed configuration or
-a changed source file makes it stale, and a stale record is rerun, never reported
-(`status`, `benchmarks/claims.py`).
+of its resolved configuration and the hashes of the library code it ran (`code.py`: the
+functions it called and every loaded module's top level). A record is fresh when both
+still match: a changed configuration or changed code makes it stale, and a stale record
+is rerun, never reported (`status`, `benchmarks/claims.py`).
 """
 
 import dataclasses
@@ -14,16 +14,12 @@ import json
 import os
 import re
 import subprocess
-import sys
 import time
 from typing import Any, Mapping, Optional
 
-import fedjax_bench
 from fedjax_bench import results
-
-PACKAGE_DIR = os.path.dirname(os.path.abspath(fedjax_bench.__file__))
-# Modules that shape no number of a run: how results are presented and checked.
-NOT_CODE = ("claims/", "cli.py", "tensorboard.py", "compile_cache.py", "__main__.py")
+from fedjax_bench.claims import code as code_lib
+from fedjax_bench.claims.code import PACKAGE_DIR
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,34 +55,6 @@ def config_key(run: Run) -> str:
   return hashlib.sha256(json.dumps(fp, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def file_hash(path: str) -> str:
-  with open(path, "rb") as f:
-    return hashlib.sha256(f.read()).hexdigest()[:16]
-
-
-def loaded_code() -> dict[str, str]:
-  """{path relative to the package: hash} of the library's modules loaded now."""
-  out = {}
-  for module in list(sys.modules.values()):
-    path = getattr(module, "__file__", None) or ""
-    if not path.startswith(PACKAGE_DIR + os.sep) or not path.endswith(".py"):
-      continue
-    rel = os.path.relpath(path, PACKAGE_DIR).replace(os.sep, "/")
-    if not rel.startswith(NOT_CODE):
-      out[rel] = file_hash(path)
-  return dict(sorted(out.items()))
-
-
-def changed_code(code: Mapping[str, str]) -> list[str]:
-  """The recorded source files that differ now (or are gone)."""
-  changed = []
-  for rel, digest in code.items():
-    path = os.path.join(PACKAGE_DIR, rel)
-    if not os.path.exists(path) or file_hash(path) != digest:
-      changed.append(rel)
-  return changed
-
-
 def path(runs_dir: str, run: Run) -> str:
   return os.path.join(runs_dir, re.sub(r"[^A-Za-z0-9_.=-]+", "_", run.name) + ".json")
 
@@ -105,7 +73,9 @@ def status(record: Optional[dict], run: Run, key: Optional[str] = None) -> str:
     return "missing"
   if record["key"] != (key or config_key(run)):
     return "configuration changed"
-  changed = changed_code(record["code"])
+  if record.get("code_kind") != code_lib.KIND:
+    return "code changed: recorded before the functions a run calls were traced"
+  changed = code_lib.changed(record["code"])
   if changed:
     return "code changed: " + ", ".join(changed)
   return "fresh"
@@ -115,8 +85,9 @@ def execute(runs_dir: str, run: Run, log=print) -> dict:
   """Runs ``run`` and writes its record (atomically: an interrupted run leaves the old)."""
   from fedjax_bench import api
   t0 = time.perf_counter()
-  result = api.run(seeds=list(run.seeds), sweep=dict(run.sweep) or None, progress=False,
-                   **run.settings)
+  with code_lib.Trace() as trace:
+    result = api.run(seeds=list(run.seeds), sweep=dict(run.sweep) or None, progress=False,
+                     **run.settings)
   seconds = time.perf_counter() - t0
   curves = result.curves
   record = {
@@ -125,7 +96,8 @@ def execute(runs_dir: str, run: Run, log=print) -> dict:
       "rounds": [int(r) for r in curves["round"]],
       "metrics": {k: _rounded(v) for k, v in curves.items() if k != "round"},
       "diverged": result.diverged, "seconds": round(seconds, 1),
-      "code": loaded_code(), "commit": _commit(), "environment": _environment(),
+      "code_kind": code_lib.KIND, "code": code_lib.digest(trace), "commit": _commit(),
+      "environment": _environment(),
   }
   os.makedirs(runs_dir, exist_ok=True)
   results.atomic_write_json(path(runs_dir, run), record)

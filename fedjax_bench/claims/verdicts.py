@@ -39,8 +39,10 @@ LEVEL = 0.95
 class Metric:
   """Per-seed values of one run: ``metric`` times ``scale`` averaged over the evaluations
   in the last ``window`` rounds (the last evaluation with window 0), or at round ``at``,
-  or with ``reach`` the first evaluated round at which it is at least ``reach`` (NaN
-  if never); ``point`` picks a grid point of a swept run."""
+  or with ``reach`` the first evaluated round at which it is at least ``reach``; a seed
+  that never reaches it counts one evaluation after the last (censored: the true round is
+  at least that, so a difference with it is a bound that errs toward zero, never
+  across it); ``point`` picks a grid point of a swept run."""
   run: str
   metric: str = "test_accuracy"
   window: int = 0
@@ -56,7 +58,7 @@ class Metric:
     curve = np.asarray(rec["metrics"][self.metric], dtype=np.float64)[:, self.point, :]
     if self.reach is not None:
       hit = self.scale * curve >= self.reach  # [E, S]
-      return np.where(hit.any(axis=0), rounds[np.argmax(hit, axis=0)], np.nan)
+      return np.where(hit.any(axis=0), rounds[np.argmax(hit, axis=0)], _after(rounds))
     if self.at is not None:
       hit = np.nonzero(rounds == self.at)[0]
       if not hit.size:
@@ -72,6 +74,11 @@ class Metric:
     where = (f"at round {self.at}" if self.at is not None else
              f"mean of the last {self.window} rounds" if self.window else "final")
     return f"{self.label or self.run}: {self.metric} ({where})"
+
+
+def _after(rounds: np.ndarray) -> float:
+  """One evaluation past the last round."""
+  return float(rounds[-1] + (rounds[-1] - rounds[-2] if rounds.size > 1 else 1))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -223,3 +230,29 @@ class Claim:
       return Outcome(NOT_ATTEMPTED, "—", "—", 0)
     return self.test.outcome(records)
 
+
+
+@dataclasses.dataclass(frozen=True)
+class LargerGap(Difference):
+  """The paper's "the gain of a over b is larger than that of c over d" (e.g. in a more
+  heterogeneous setting): mean over seeds of (a − b) − (c − d), each gap paired per seed
+  and the two gaps paired by seed; the verdict as `Difference`'s."""
+  c: Optional[Metric] = None
+  d: Optional[Metric] = None
+
+  def __post_init__(self):
+    if self.c is None or self.d is None:
+      raise ValueError("LargerGap needs the second gap's metrics c and d")
+
+  def runs(self):
+    return (self.a.run, self.b.run, self.c.run, self.d.run)
+
+  def _described(self) -> str:
+    return (f"mean over seeds of ({self.a.describe()} − {self.b.describe()}) − "
+            f"({self.c.describe()} − {self.d.describe()}), paired per seed")
+
+  def _interval(self, records):
+    if list(records[self.a.run]["seeds"]) != list(records[self.c.run]["seeds"]):
+      raise ValueError(f"{self.a.run} and {self.c.run} do not share seeds: no paired gaps")
+    d = _paired(self.a, self.b, records) - _paired(self.c, self.d, records)
+    return (*interval(d), d.size)

@@ -45,6 +45,9 @@ class TaskView(NamedTuple):
   train_eval_count: jax.Array  # () int32 how many of them are the run's
   test_index: Any = None       # [M] int32 rows of the pooled test set (padded), or None:
   test_count: Any = None       # () int32   every run scores the whole (shared) test set
+  priority: Any = None         # [num_clients] bool: prioritized FL's roles, or None
+  aligned: Any = None          # [num_clients] bool
+  local_client: Any = None     # () int32: local_model's free client (-1: none)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -75,6 +78,7 @@ class Task:
   # train_eval_x/y are theirs: train_loss is the prioritized objective F(w).
   priority: jax.Array | None = None
   aligned: jax.Array | None = None
+  num_priority: int = 0  # static: how many priority clients (the same in every run)
   # Clients whose data is generated on demand (data/stream.py): client -> fetch, as
   # `client_data`; x/y then hold one placeholder row and offsets are zeros.
   example_fn: Callable | None = None
@@ -87,8 +91,10 @@ class Task:
     return int(self.counts.shape[0])
 
   def for_run(self, view: TaskView) -> "Task":
-    """This task as run ``view`` sees it: its clients, sizes and evaluation sets."""
-    return dataclasses.replace(self, offsets=view.offsets, counts=view.counts, view=view)
+    """This task as run ``view`` sees it: its clients, sizes, evaluation sets and roles."""
+    roles = {} if view.priority is None else dict(priority=view.priority, aligned=view.aligned)
+    return dataclasses.replace(self, offsets=view.offsets, counts=view.counts, view=view,
+                               **roles)
 
   def client_data(self, i) -> Callable:
     """``positions -> (x, y)``: client i's examples at positions in [0, counts[i])."""
@@ -316,7 +322,8 @@ def make_task(dataset: Dataset, model: nn.Module, *, train_eval_examples: int = 
       num_classes=dataset.num_classes, feature_shape=tuple(t.x.shape[1:]),
       max_count=max(int(t.counts.max()), 1), **options,
       priority=None if dataset.priority is None else jnp.asarray(dataset.priority),
-      aligned=None if dataset.aligned is None else jnp.asarray(dataset.aligned))
+      aligned=None if dataset.aligned is None else jnp.asarray(dataset.aligned),
+      num_priority=0 if dataset.priority is None else int(np.sum(dataset.priority)))
   return task if optimum is None else with_optimum(task, optimum)
 
 
@@ -343,12 +350,17 @@ def make_per_seed_task(per_seed, model: nn.Module, *, train_eval_examples: int =
   (for shape checks), with static bounds (``max_count``) over all seeds. ``kwargs``:
   `make_task`'s."""
   pool = per_seed.pool
-  if pool.priority is not None:
-    raise ValueError("per-seed tasks have no priority clients")
   n = per_seed.num_clients
+  roles = per_seed.layouts[0].priority is not None
+  if len({-1 if layout.priority is None else int(np.sum(layout.priority))
+          for layout in per_seed.layouts}) > 1:
+    raise ValueError("every seed needs as many priority clients")
   views = []
   for layout in per_seed.layouts:
     idx = np.arange(len(layout.index))
+    if roles:  # the union of the priority clients' examples, as make_task
+      idx = np.concatenate([np.arange(o, o + c) for o, c, p in
+                            zip(layout.offsets, layout.counts, layout.priority) if p])
     if 0 < train_eval_examples < len(idx):
       idx = np.sort(np.random.default_rng(eval_seed).choice(
           idx, train_eval_examples, replace=False))
@@ -359,6 +371,11 @@ def make_per_seed_task(per_seed, model: nn.Module, *, train_eval_examples: int =
                           layout.index[idx], len(idx), *test))
   stacked = TaskView(*(None if field[0] is None else _stack_padded(field, pad)
                        for field, pad in zip(zip(*views), (0, 0, 0, n, 0, 0, 0, 0))))
+  if roles:
+    stacked = stacked._replace(
+        priority=np.stack([layout.priority for layout in per_seed.layouts]).astype(bool),
+        aligned=np.stack([layout.aligned for layout in per_seed.layouts]).astype(bool),
+        local_client=np.array([layout.local_client for layout in per_seed.layouts], np.int32))
   flat = lambda a: jnp.asarray(a.reshape(a.shape[0], -1))
   x, y = flat(pool.train.x), jnp.asarray(pool.train.y)
   first = per_seed.layouts[0]
@@ -368,6 +385,7 @@ def make_per_seed_task(per_seed, model: nn.Module, *, train_eval_examples: int =
       train_eval_x=x, train_eval_y=y,  # unused: every run reads its view's rows
       num_classes=pool.num_classes, feature_shape=tuple(pool.train.x.shape[1:]),
       max_count=max(max(int(layout.counts.max()) for layout in per_seed.layouts), 1),
+      num_priority=int(np.sum(first.priority)) if roles else 0,
       **_task_options(pool, **kwargs))
   return task.for_run(jax.tree.map(lambda a: jnp.asarray(a[0]), stacked)), stacked
 

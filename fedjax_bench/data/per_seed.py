@@ -17,6 +17,10 @@ client; a generated dataset's seeds are generated one by one and concatenated in
 pool, each layout pointing into its own part (seeds whose data are identical, as for
 the quadratic toy, share one part). Test sets are shared when every seed has the same
 one, else pooled the same way.
+
+Prioritized FL: each seed also has its own priority clients and test set, those of a
+single-seed run with its data seed (its generator's, or drawn by `data.priority.roles`:
+the test set is then rows of the shared one).
 """
 
 import dataclasses
@@ -41,6 +45,11 @@ class Layout:
   offsets: np.ndarray             # [num_clients] int32
   counts: np.ndarray              # [num_clients] int32
   test_index: np.ndarray | None   # [M_s] rows of the pooled test set; None: the shared one
+  # Prioritized FL: seed s's roles ([num_clients] bool) and the free client that
+  # local_model trains (-1: none); None without roles.
+  priority: np.ndarray | None = None
+  aligned: np.ndarray | None = None
+  local_client: int = -1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,7 +87,8 @@ class PerSeed:
     test_x, test_y = self.pool.test_x, self.pool.test_y
     if layout.test_index is not None:
       test_x, test_y = test_x[layout.test_index], test_y[layout.test_index]
-    return dataclasses.replace(self.pool, train=train, test_x=test_x, test_y=test_y)
+    return dataclasses.replace(self.pool, train=train, test_x=test_x, test_y=test_y,
+                               priority=layout.priority, aligned=layout.aligned)
 
   def label_histograms(self, k: int) -> np.ndarray:
     return self.summary(k).label_histograms()
@@ -140,8 +150,10 @@ def from_datasets(datasets: list[Dataset], seeds, data_seeds) -> PerSeed:
     test_index = (None if shared_test
                   else int(test_starts[k]) + np.arange(len(ds.test_y), dtype=np.int64))
     layouts.append(Layout(int(s), int(d), starts[k] + np.arange(t.num_examples, dtype=np.int64),
-                          t.offsets.astype(np.int32), t.counts.astype(np.int32), test_index))
-  pool = dataclasses.replace(first, train=pool_train, test_x=test_x, test_y=test_y)
+                          t.offsets.astype(np.int32), t.counts.astype(np.int32), test_index,
+                          ds.priority, ds.aligned))
+  pool = dataclasses.replace(first, train=pool_train, test_x=test_x, test_y=test_y,
+                             priority=None, aligned=None)  # each layout holds its own
   return PerSeed(pool, layouts)
 
 

@@ -35,6 +35,12 @@ def resample_test(test_x: np.ndarray, test_y: np.ndarray, label_counts: np.ndarr
                   seed: int) -> tuple[np.ndarray, np.ndarray]:
   """The authors' create_test_data: floor(π_c |test|) test examples of each class c,
   drawn with replacement, shuffled; π the label proportions of ``label_counts``."""
+  idx = resample_test_rows(test_y, label_counts, seed)
+  return test_x[idx], test_y[idx]
+
+
+def resample_test_rows(test_y: np.ndarray, label_counts: np.ndarray, seed: int) -> np.ndarray:
+  """The rows of the test set that `resample_test` takes, in its order."""
   pi = label_counts / label_counts.sum()
   rng = np.random.default_rng([seed, 5])
   take = []
@@ -44,8 +50,7 @@ def resample_test(test_x: np.ndarray, test_y: np.ndarray, label_counts: np.ndarr
       raise UsageError(f"class {c} of the priority clients has no test examples to resample "
                        "the test set from; use --test_mix=official")
     take.append(rng.choice(pool, int(np.floor(pi[c] * len(test_y))), replace=True))
-  idx = rng.permutation(np.concatenate(take))
-  return test_x[idx], test_y[idx]
+  return rng.permutation(np.concatenate(take))
 
 
 def local_client(dataset: Dataset) -> int:
@@ -66,6 +71,17 @@ def prioritize(dataset: Dataset, num_priority: int, seed: int, *, test_mix: str 
   """``dataset`` with priority roles (unless its generator set them) and the test set
   that the objective needs: resampled to the priority label mix, or to free client
   ``client``'s (-1: `local_client`) for the Fig. 3 comparison, or left as it is."""
+  dataset, rows = roles(dataset, num_priority, seed, test_mix=test_mix, client=client)
+  if rows is None:
+    return dataset
+  return dataclasses.replace(dataset, test_x=dataset.test_x[rows], test_y=dataset.test_y[rows])
+
+
+def roles(dataset: Dataset, num_priority: int, seed: int, *, test_mix: str = "priority",
+          client: int = -1) -> tuple[Dataset, np.ndarray | None]:
+  """(``dataset`` with its priority roles, the rows of its test set that `prioritize`
+  keeps, or None: all of them). With --data_per_seed each seed's test set is these rows
+  of the shared one (an index map, not a copy)."""
   if test_mix not in TEST_MIXES:
     raise UsageError(f"unknown --test_mix={test_mix!r}; valid: {', '.join(TEST_MIXES)}")
   n = dataset.train.num_clients
@@ -79,7 +95,7 @@ def prioritize(dataset: Dataset, num_priority: int, seed: int, *, test_mix: str 
     raise UsageError(f"dataset {dataset.name!r} has {int(dataset.priority.sum())} priority "
                      f"clients; --num_priority={num_priority} disagrees")
   if test_mix == "official" or generated and test_mix == "priority":
-    return dataset
+    return dataset, None
   hist = dataset.label_histograms()
   if test_mix == "priority":
     counts = hist[dataset.priority].sum(0)
@@ -88,5 +104,4 @@ def prioritize(dataset: Dataset, num_priority: int, seed: int, *, test_mix: str 
     if not 0 <= k < n:
       raise UsageError(f"--local_client={k} is not a client id in [0, {n})")
     counts = hist[k]
-  x, y = resample_test(dataset.test_x, dataset.test_y, counts, seed)
-  return dataclasses.replace(dataset, test_x=x, test_y=y)
+  return dataset, resample_test_rows(dataset.test_y, counts, seed)

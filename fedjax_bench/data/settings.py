@@ -19,7 +19,8 @@ class DataSettings:
   partition_seed: int = setting(0, "Seed of the data partition and synthetic data (shared by "
                                 "every --seeds run, unless --data_per_seed).")
   data_per_seed: bool = setting(False, "Each seed s draws its own data randomness: the "
-                                "partition, generated data, availability phi and asynchronous "
+                                "partition, generated data, priority clients and test set "
+                                "(prioritized FL), availability phi and asynchronous "
                                 "client rates of a one-seed run with --partition_seed="
                                 "PARTITION_SEED+s, all seeds still in one program (the examples "
                                 "are stored once; each run gets index maps). Off: the seeds "
