@@ -155,7 +155,16 @@ def test_a_run_is_fresh_until_its_configuration_or_its_code_changes(tmp_path):
 
 
 MODULE = """'''A module.'''
+import math
 SCALE = 2  # a constant
+
+
+def setting(default, help):
+  return default
+
+
+class Opts:
+  lr: float = setting(0.1, "A setting: its value is in a run's configuration key.")
 
 
 def used(x):
@@ -187,6 +196,11 @@ class Box:
     (("return self.size + 1", "return self.size + 2"), ["toymod.py:Box.grow"]),
     (("# a constant", "# the scale"), []),                           # a comment
     (("'''Doubles.'''", "'''Twice x plus two.'''"), []),  # a docstring
+    (("class Box:", "def added(x):\n  return x\n\n\nclass Box:"), []),  # a new function
+    (("  def grow", "  def shrink(self):\n    return 0\n\n  def grow"), []),  # a new method
+    (("lr: float = setting(0.1", "lr: float = setting(0.2"), []),  # a setting's declaration
+    (("  lr: float", "  momentum: float = setting(0.0, 'new')\n  lr: float"), []),
+    (("import math", "import cmath as math"), ["toymod.py"]),       # an import
 ])
 def test_a_run_goes_stale_only_on_code_it_ran(tmp_path, monkeypatch, edit, stale):
   from fedjax_bench.claims import code

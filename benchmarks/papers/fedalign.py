@@ -9,8 +9,7 @@ with seed s; the methods of a setting share them, so differences are paired per 
 """
 
 from fedjax_bench.claims import (AtLeast, AtMost, Claim, Curve, Difference, Equivalent,
-                                 Figure, Metric, Paper, Run)
-from fedjax_bench.claims.verdicts import LargerGap
+                                 Figure, LargerGap, Metric, Paper, Run)
 
 SEEDS = (0, 1, 2, 3, 4)
 # The paper's local training (spec §3): E = 5 SGD steps, a constant learning rate, ε = 0.2

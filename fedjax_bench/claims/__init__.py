@@ -4,7 +4,8 @@ report generated (`paper.render`). Driven by `benchmarks/claims.py`."""
 
 from fedjax_bench.claims.paper import Curve, Figure, Paper, plot, render
 from fedjax_bench.claims.store import Run
-from fedjax_bench.claims.verdicts import AtLeast, AtMost, Claim, Difference, Equivalent, Metric
+from fedjax_bench.claims.verdicts import (AtLeast, AtMost, Claim, Difference, Equivalent,
+                                         LargerGap, Metric)
 
 __all__ = ["AtLeast", "AtMost", "Claim", "Curve", "Difference", "Equivalent", "Figure",
-           "Metric", "Paper", "Run", "plot", "render"]
+           "LargerGap", "Metric", "Paper", "Run", "plot", "render"]

@@ -3,13 +3,15 @@
 A run's record holds the hash of every library function that ran while the run was set
 up and traced (`Trace`, a profile hook on the run's thread: jitted code is Python only
 while it is traced, so this is the Python that shaped the compiled programs and the
-data), and the hash of every loaded module's top level (its statements with function
-bodies left out: constants, settings declarations, class bodies). Hashes are of the
-syntax tree without docstrings, so comments, docstrings and layout do not count. A change
-to a function the run never called leaves the run fresh; a change to one it called, or to
-any module's top level, makes it stale. Not seen: a function that ran only at import
-(its effect on a setting's default reaches the configuration key instead) and Python
-that XLA calls back into while running.
+data), and the hash of every loaded module's top level: its imports, constants and class
+bodies, without the functions and methods (a function counts when a run calls it) and
+without the `setting(...)` declarations of settings classes (every setting a run reads is
+in its configuration key). Hashes are of the syntax tree without docstrings, so comments,
+docstrings and layout do not count. A change to a function the run never called, a new
+function or a new setting leaves the run fresh; a change to one it called, or to any
+module's imports, constants or class attributes, makes it stale. Not seen: a function that
+ran only at import (its effect on a setting's default reaches the configuration key
+instead) and Python that XLA calls back into while running.
 """
 
 import ast
@@ -68,28 +70,39 @@ def _hash(node) -> str:
   return hashlib.sha256(ast.unparse(node).encode()).hexdigest()[:16]
 
 
+def _is_setting(node) -> bool:
+  """``name: type = setting(...)``, a settings field (its value is in the configuration)."""
+  call = getattr(node, "value", None) if isinstance(node, ast.AnnAssign) else None
+  if not isinstance(call, ast.Call):
+    return False
+  f = call.func
+  return (f.id if isinstance(f, ast.Name) else getattr(f, "attr", None)) == "setting"
+
+
+def _top_level(body):
+  """Statements of a module or class body that count at top level."""
+  return [n for n in _strip_docstring(body)
+          if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and not _is_setting(n)]
+
+
 class _Normalized(ast.NodeTransformer):
-  """Docstrings dropped; with ``bodies=False`` every function body replaced by `...`."""
+  """Docstrings dropped; with ``bodies=False`` only what counts at top level is kept."""
 
   def __init__(self, bodies: bool):
     self.bodies = bodies
 
   def _function(self, node):
-    if not self.bodies:
-      node.body = [ast.Expr(ast.Constant(...))]
-      return node
     node.body = _strip_docstring(node.body)
     return self.generic_visit(node)
 
   visit_FunctionDef = visit_AsyncFunctionDef = _function
 
-  def visit_ClassDef(self, node):
-    node.body = _strip_docstring(node.body)
+  def _block(self, node):
+    node.body = (_strip_docstring(node.body) if self.bodies
+                 else _top_level(node.body) or [ast.Pass()])
     return self.generic_visit(node)
 
-  def visit_Module(self, node):
-    node.body = _strip_docstring(node.body)
-    return self.generic_visit(node)
+  visit_ClassDef = visit_Module = _block
 
 
 @functools.lru_cache(maxsize=None)
