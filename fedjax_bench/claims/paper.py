@@ -29,6 +29,7 @@ class Figure:
   title: str
   curves: tuple[Curve, ...]
   ylabel: str = "test accuracy"
+  log: bool = False               # a logarithmic y axis
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,6 +140,8 @@ def plot(paper: Paper, records: dict, root: str = "results") -> list[str]:
       rec = records[cu.run]
       curve = cu.scale * np.asarray(rec["metrics"][cu.metric], dtype=np.float64)[:, 0, :]
       ax.plot(rec["rounds"], np.nanmean(curve, axis=1), label=cu.label)
+    if fig_decl.log:
+      ax.set_yscale("log")
     ax.set_xlabel("round")
     ax.set_ylabel(fig_decl.ylabel + ", mean over seeds")
     ax.set_title(fig_decl.title)
