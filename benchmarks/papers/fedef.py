@@ -337,7 +337,22 @@ def figures():
                  (Curve("fig1_full", "full precision (Fed-SGD)", scale=100.0),
                   Curve("fig1_sign_ef", "Sign + EF (Fed-EF-SGD)", scale=100.0),
                   Curve("fig1_sign_noef", "Sign without EF (Algorithm 1)", scale=100.0)),
-                 ylabel="test accuracy (%)"),) + tables
+                 ylabel="test accuracy (%)"),) + tables + (
+      Figure("fig8_full.png", "Figure 8, full participation: n clients, TopK 0.01, "
+             "η = 0.1·√n, η_l = 0.1", tuple(Curve(f"f8_full_n{n}", f"n = {n}", "grad_norm_sq")
+                                           for n in F8_SIZES),
+             ylabel="squared gradient norm", log=True),
+      Figure("fig8_partial.png", "Figure 8, partial participation: m of 200, TopK 0.01, "
+             "η = 0.1·√m, η_l = 0.1", tuple(Curve(f"f8_partial_m{m}", f"m = {m}",
+                                                  "grad_norm_sq") for m in F8_SIZES),
+             ylabel="squared gradient norm", log=True),
+      Figure("fig9.png", "Figure 9: error restarting from round 51 (S = 10), TopK 0.01, "
+             "m = 20 of 200", tuple(Curve(f"f9_{mo}_{v}", f"{mo}, {v}", "grad_norm_sq")
+                                    for mo in ("logreg", "mlp") for v in ("standard", "restart")),
+             ylabel="squared full-batch gradient norm", log=True),
+      Figure("fig19.png", "Figure 19 (MLP): q_A², p = 0.5, η = 1, η_l = 0.01",
+             tuple(Curve(f"f19_{lv}", lv, "q_a2") for lv in F19_LEVELS),
+             ylabel="q_A²"))
 
 
 PAPER = Paper(
