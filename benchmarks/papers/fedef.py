@@ -4,8 +4,10 @@ Runs: Figure 1 (MNIST, the 784-200-10 MLP, full participation, η = 1, η_l = 0.
 MNIST rows of Tables 2-5 with the MLP instead of the paper's CNN (Table 1's learning
 rates, p = 0.5 and 0.1), at the compression levels the paper's selection rule picked on
 the full grid of levels. Each seed draws its own partition (`--data_per_seed`), shared by
-every method of a setting, so differences are paired per seed. Figures 8-9, the other levels and TopK 0.01
-did not fit the CPU budget: their rows say how long they need.
+every method of a setting, so differences are paired per seed. Also TopK 0.01 at p = 0.5
+(Fig. 4), error restarting (Fig. 9) and q_A² of Sign and TopK (Fig. 19) with the MLP.
+Figure 8 and the other compression levels are not run yet: their rows say how long they
+need.
 """
 
 from fedjax_bench.claims import (AtLeast, AtMost, Claim, Curve, Difference, Equivalent,
