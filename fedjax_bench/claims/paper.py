@@ -137,6 +137,7 @@ def plot(paper: Paper, records: dict, root: str = "results") -> list[str]:
   import numpy as np
   from fedjax_bench import results
   written = []
+  os.makedirs(paper.directory(root), exist_ok=True)
   for fig_decl in paper.figures:
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for cu in fig_decl.curves:
@@ -155,7 +156,6 @@ def plot(paper: Paper, records: dict, root: str = "results") -> list[str]:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    os.makedirs(paper.directory(root), exist_ok=True)
     p = os.path.join(paper.directory(root), fig_decl.file)
     results.save_figure(p, fig)
     written.append(p)

@@ -362,11 +362,10 @@ class Smoothness(Metric):
   start: int = 1
 
   def values(self, records: dict) -> np.ndarray:
+    from fedjax_bench import curve_stats
     rec = records[self.run]
-    rounds = np.asarray(rec["rounds"])
-    curve = np.asarray(rec["metrics"][self.metric], dtype=np.float64)[:, self.point, :]
-    d = np.diff(self.scale * curve[rounds >= self.start], axis=0)
-    return d.std(axis=0) / np.abs(d.mean(axis=0))
+    curve = self.scale * self._curve(rec, self.point)
+    return curve_stats.smoothness(curve[np.asarray(rec["rounds"]) >= self.start])
 
   def describe(self) -> str:
     return (f"{self.label or self.run}: smoothness std(Δ)/|mean(Δ)| of {self.metric} "
