@@ -9,8 +9,8 @@ import sys
 import numpy as np
 import pytest
 
-from fedjax_bench.claims import (AtLeast, AtMost, Claim, Difference, Equivalent, Metric,
-                                 Paper, Run, render)
+from fedjax_bench.claims import (AtLeast, AtMost, Claim, Curve, Difference, Equivalent, Figure,
+                                 Metric, Paper, Run, render)
 from fedjax_bench.claims import store, verdicts
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -111,6 +111,9 @@ def test_a_claim_has_a_test_or_a_reason_and_reads_declared_runs():
   with pytest.raises(ValueError, match="not declared"):
     Paper("p", "t", "s", runs=(Run("a", {}),),
           claims=(Claim("c", "s", "p", Difference(Metric("a"), Metric("b"))),))
+  with pytest.raises(ValueError, match="figure f.png reads run 'b', which is not declared"):
+    Paper("p", "t", "s", runs=(Run("a", {}),), claims=(),
+          figures=(Figure("f.png", "t", (Curve("a", "a"), Curve("b", "b"))),))
 
 
 def test_report_is_a_function_of_the_records():
@@ -151,12 +154,16 @@ def test_a_run_is_fresh_until_its_configuration_or_its_code_changes(tmp_path):
   old = {**rec, "code": {**rec["code"], "core/local.py:train": "0" * 16}}
   assert store.status(old, run) == "code changed: core/local.py:train"
   first_format = {k: v for k, v in rec.items() if k != "code_kind"}  # whole-file hashes
-  assert store.status(first_format, run).startswith("code changed: recorded before")
+  assert store.status(first_format, run).startswith("code changed: recorded under an older rule")
 
 
 MODULE = """'''A module.'''
 import math
 SCALE = 2  # a constant
+NAMES = ("a", "b")
+TABLE = {"a": 1}
+SEEN = []
+SEEN.append("a")
 
 
 def setting(default, help):
@@ -201,6 +208,16 @@ class Box:
     (("lr: float = setting(0.1", "lr: float = setting(0.2"), []),  # a setting's declaration
     (("  lr: float", "  momentum: float = setting(0.0, 'new')\n  lr: float"), []),
     (("import math", "import cmath as math"), ["toymod.py"]),       # an import
+    (("import math", "import math\nimport os"), []),                 # a new import
+    (("SCALE = 2  # a constant", "SCALE = 2\nSCALE = 5"), ["toymod.py"]),  # rebound
+    (("import math", "import math\nmath = None"), ["toymod.py"]),   # rebound
+    (('NAMES = ("a", "b")', 'NAMES = ("a", "b", "c")'), []),        # a new element
+    (('NAMES = ("a", "b")', 'NAMES = ("b", "a")'), ["toymod.py"]),  # reordered
+    (('NAMES = ("a", "b")', 'NAMES = ["a", "b"]'), ["toymod.py"]),  # another kind
+    (('TABLE = {"a": 1}', 'TABLE = {"a": 1, "z": 2}'), []),         # a new entry
+    (('TABLE = {"a": 1}', 'TABLE = {"a": 2}'), ["toymod.py"]),      # a changed entry
+    (('SEEN.append("a")', 'SEEN.append("a")\nSEEN.append("b")'), []),  # a new registration
+    (('SEEN.append("a")', 'SEEN.append("A")'), ["toymod.py"]),      # a changed one
 ])
 def test_a_run_goes_stale_only_on_code_it_ran(tmp_path, monkeypatch, edit, stale):
   from fedjax_bench.claims import code

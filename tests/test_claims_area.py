@@ -119,6 +119,20 @@ def test_tuning_excludes_diverged_points_and_breaks_ties_toward_the_later_point(
     Metric("r", "gap", tune=Metric("other", "gap")).values(rec)
 
 
+def test_tune_below_picks_the_last_point_under_the_value():
+  """The largest stable stepsize: the last grid point whose final gap is below a value."""
+  rec = tuned_record()  # finals per point (lr 1, 10, 100): [5, 5, 5], [1, 2, 3], [9, 9, 1]
+  tune = Metric("r", "gap")
+  lr = lambda below, each: Metric("r", "client_lr", tune=tune, tune_below=below,
+                                  tune_each_seed=each).values(rec)
+  np.testing.assert_allclose(lr(4.0, True), [10, 10, 100])
+  np.testing.assert_allclose(lr(4.0, False), [10, 10, 10])  # seed means 5, 2, 6.33
+  np.testing.assert_allclose(lr(9.5, True), [100, 100, 100])
+  assert np.isnan(lr(0.5, True)).all()  # no point is below: no value
+  assert "at each seed's last grid point with its gap (final) < 4" in \
+      Metric("r", "client_lr", tune=tune, tune_below=4.0, tune_each_seed=True).describe()
+
+
 def test_the_old_options_read_and_describe_as_before():
   rec = {"r": {"seeds": [0, 1], "rounds": [10, 20, 30, 40],
                "metrics": {"m": [[[0.1, 0.2]], [[0.3, 0.2]], [[0.5, 0.4]], [[0.7, 0.4]]]}}}
@@ -192,3 +206,26 @@ def test_a_figure_curve_is_drawn_at_the_tuned_point(tmp_path, monkeypatch):
   np.testing.assert_allclose(drawn[1], [10, 4 / 3])  # seeds 0, 1 middle, seed 2 last: 1, 2, 1
   np.testing.assert_allclose(drawn[2], [10, 19 / 3])
   assert (tmp_path / "toy" / "f.png").exists()
+
+
+@pytest.mark.filterwarnings("ignore:No artists with labels")
+def test_a_clock_figure_reads_every_seed_on_one_time_grid(tmp_path, monkeypatch):
+  import matplotlib.axes
+  from fedjax_bench.claims import Curve, Figure, Paper, Run, plot
+  drawn = []
+  monkeypatch.setattr(matplotlib.axes.Axes, "plot",
+                      lambda self, x, y, **kw: drawn.append((np.asarray(x), np.asarray(y))))
+  # Seed 1's clock runs half as fast; seed 1 ends at time 2, seed 0 at 3.
+  rec = {"r": record([[[100, 10, 1, 0.1, 0.1], [100, 1, 0.01, 1e-4, 1e-4]]],
+                     [[[0, 1, 2, 3, 3], [0, 0.5, 1, 1.5, 2]]])}
+  fig = Figure("f.png", "t", (Curve("r", "gap", "gap"),), ylabel="gap", log=True,
+               geometric=True, clock="cum_time")
+  paper = Paper(name="toy", title="t", spec="s", runs=(Run("r", {}),), claims=(),
+                figures=(fig,))
+  plot(paper, rec, str(tmp_path))
+  x, y = drawn[0]
+  assert x[0] == 0 and x[-1] == 2.0  # up to the earliest seed's last time
+  at = lambda t: y[np.searchsorted(x, t)]  # the first grid time at or after t
+  np.testing.assert_allclose(at(0.0), 100)
+  np.testing.assert_allclose(at(1.0), np.sqrt(10 * 0.01))  # seed 0 at 1: 10; seed 1: 0.01
+  np.testing.assert_allclose(at(2.0), np.sqrt(1 * 1e-4))

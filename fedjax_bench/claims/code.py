@@ -3,15 +3,17 @@
 A run's record holds the hash of every library function that ran while the run was set
 up and traced (`Trace`, a profile hook on the run's thread: jitted code is Python only
 while it is traced, so this is the Python that shaped the compiled programs and the
-data), and the hash of every loaded module's top level: its imports, constants and class
-bodies, without the functions and methods (a function counts when a run calls it) and
-without the `setting(...)` declarations of settings classes (every setting a run reads is
-in its configuration key). Hashes are of the syntax tree without docstrings, so comments,
-docstrings and layout do not count. A change to a function the run never called, a new
-function or a new setting leaves the run fresh; a change to one it called, or to any
-module's imports, constants or class attributes, makes it stale. Not seen: a function that
-ran only at import (its effect on a setting's default reaches the configuration key
-instead) and Python that XLA calls back into while running.
+data), and, for every loaded module, the hashes of its top level's bindings: each
+imported name, constant, class body (without its methods and its `setting(...)`
+declarations, whose values are in the configuration key) and top-level call such as
+`register("fedavg", fedavg)`, one hash per name bound (a name bound twice is one hash of
+both statements) and one per element of a literal tuple, list, set or dict. Hashes are
+of the syntax tree without docstrings, so comments, docstrings and layout do not count.
+A run is stale when a function it called changed, or one of its modules' bindings
+changed or is gone; a new function, setting, import, constant, registration or element
+leaves it fresh (so a new algorithm or dataset does not stale every paper's runs). Not
+seen: a function that ran only at import (its effect on a setting's default reaches the
+configuration key instead) and Python that XLA calls back into while running.
 """
 
 import ast
@@ -27,7 +29,7 @@ import fedjax_bench
 PACKAGE_DIR = os.path.dirname(os.path.abspath(fedjax_bench.__file__))
 # Modules that shape no number of a run: how results are presented and checked.
 NOT_CODE = ("claims/", "cli.py", "tensorboard.py", "compile_cache.py", "__main__.py")
-KIND = "functions"  # a record's "code_kind"; a record without it is stale
+KIND = "bindings"  # a record's "code_kind"; a record of another kind is stale
 
 
 def _rel(path: str):
@@ -80,13 +82,67 @@ def _is_setting(node) -> bool:
 
 
 def _top_level(body):
-  """Statements of a module or class body that count at top level."""
+  """Statements of a class body that count."""
   return [n for n in _strip_docstring(body)
           if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and not _is_setting(n)]
 
 
+def _names(target) -> list[str]:
+  if isinstance(target, (ast.Tuple, ast.List)):
+    return [n for t in target.elts for n in _names(t)]
+  return [ast.unparse(target)]
+
+
+def _bindings(stmt) -> list[tuple[str, ast.AST]]:
+  """(name, node) pairs of one top-level statement: what it binds or registers."""
+  if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+    out = []
+    for alias in stmt.names:
+      one = copy.copy(stmt)
+      one.names = [alias]
+      out.append((alias.asname or alias.name.split(".")[0], one))
+    return out
+  if isinstance(stmt, ast.ClassDef):
+    return [(stmt.name, _Normalized(bodies=False).visit(copy.deepcopy(stmt)))]
+  if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
+    targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+    value = stmt.value
+    if len(targets) == 1 and isinstance(targets[0], ast.Name):
+      name = targets[0].id
+      kind = ast.unparse(stmt.annotation) if isinstance(stmt, ast.AnnAssign) else ""
+      if isinstance(value, (ast.Tuple, ast.List, ast.Set)):
+        return [(f"{name}[]", ast.Constant(f"{type(value).__name__} {kind}"))] + [
+            (f"{name}[{i}]", e) for i, e in enumerate(value.elts)]
+      if isinstance(value, ast.Dict):
+        return [(f"{name}[]", ast.Constant(f"Dict {kind}"))] + [
+            (f"{name}[{ast.unparse(k) if k is not None else f'**{i}'}]", v)
+            for i, (k, v) in enumerate(zip(value.keys, value.values))]
+    return [(n, stmt) for t in targets for n in _names(t)]
+  if isinstance(stmt, ast.AugAssign):
+    return [(n, stmt) for n in _names(stmt.target)]
+  if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
+    call = stmt.value
+    first = ast.unparse(call.args[0]) if call.args else ""
+    return [(f"{ast.unparse(call.func)}({first})", stmt)]
+  return [(type(stmt).__name__, stmt)]  # if, try, for, ...: all of a kind are one
+
+
+def _module_bindings(tree) -> str:
+  """The module's top-level binding hashes, sorted, space-separated (8 hex digits each)."""
+  merged = {}
+  for stmt in _strip_docstring(tree.body):
+    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) or _is_setting(stmt):
+      continue
+    for name, node in _bindings(stmt):
+      merged.setdefault(name, []).append(ast.unparse(_Normalized(bodies=True).visit(
+          copy.deepcopy(node))))
+  digests = {hashlib.sha256("\n".join([name, *src]).encode()).hexdigest()[:8]
+             for name, src in merged.items()}
+  return " ".join(sorted(digests))
+
+
 class _Normalized(ast.NodeTransformer):
-  """Docstrings dropped; with ``bodies=False`` only what counts at top level is kept."""
+  """Docstrings dropped; with ``bodies=False`` a class keeps only what counts."""
 
   def __init__(self, bodies: bool):
     self.bodies = bodies
@@ -102,13 +158,13 @@ class _Normalized(ast.NodeTransformer):
                  else _top_level(node.body) or [ast.Pass()])
     return self.generic_visit(node)
 
-  visit_ClassDef = visit_Module = _block
+  visit_ClassDef = _block
 
 
 @functools.lru_cache(maxsize=None)
 def _parsed(path: str, mtime: float):
-  """(top-level hash, [(first line, last line, qualname, hash)] of the outermost defs and
-  of the methods of top-level classes) of a source file."""
+  """(top-level binding hashes, [(first line, last line, qualname, hash)] of the outermost
+  defs and of the methods of top-level classes) of a source file."""
   del mtime  # part of the cache key only
   with open(path, encoding="utf-8") as f:
     source = f.read()
@@ -127,8 +183,7 @@ def _parsed(path: str, mtime: float):
       for sub in node.body:
         if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef)):
           add(sub, node.name + ".")
-  top = _hash(_Normalized(bodies=False).visit(tree))
-  return top, defs
+  return _module_bindings(tree), defs
 
 
 def _source(path: str):
@@ -136,8 +191,9 @@ def _source(path: str):
 
 
 def digest(trace: Trace) -> dict:
-  """{module: top-level hash} of every loaded library module and {module:qualname: hash}
-  of every library function ``trace`` saw called (the outermost def holding the call)."""
+  """{module: its top-level binding hashes} of every loaded library module and
+  {module:qualname: hash} of every library function ``trace`` saw called (the outermost
+  def holding the call)."""
   out = {}
   for module in list(sys.modules.values()):
     path = getattr(module, "__file__", None) or ""
@@ -165,7 +221,9 @@ def changed(code: dict) -> list[str]:
       out.append(key)
       continue
     top, defs = _source(path)
-    now = top if not name else next((d[3] for d in defs if d[2] == name), None)
-    if now != h:
+    if name:
+      if next((d[3] for d in defs if d[2] == name), None) != h:
+        out.append(key)
+    elif not set(h.split()) <= set(top.split()):  # a binding changed or is gone
       out.append(key)
   return out

@@ -33,6 +33,9 @@ class Figure:
   curves: tuple[Curve, ...]
   ylabel: str = "test accuracy"
   log: bool = False               # a logarithmic y axis
+  geometric: bool = False         # the geometric mean over seeds (gaps spanning decades)
+  clock: str = ""                 # x axis: this metric's time (asynchronous runs), not rounds
+  xlabel: str = "simulated time"  # with a clock
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,6 +60,11 @@ class Paper:
       for r in (c.test.runs() if c.test is not None else ()):
         if r not in names:
           raise ValueError(f"{self.name}: claim {c.id} reads run {r!r}, which is not declared")
+    for f in self.figures:
+      for cu in f.curves:
+        if cu.run not in names:
+          raise ValueError(f"{self.name}: figure {f.file} reads run {cu.run!r}, which is not "
+                           "declared")
 
   def directory(self, root: str = "results") -> str:
     return os.path.join(root, self.name)
@@ -147,10 +155,18 @@ def plot(paper: Paper, records: dict, root: str = "results") -> list[str]:
                      tune_each_seed=cu.tune_each_seed).tuned_points(rec)[0]
               if cu.tune is not None else np.full(arr.shape[2], cu.point))
       curve = cu.scale * arr[:, pick, np.arange(arr.shape[2])]
-      ax.plot(rec["rounds"], np.nanmean(curve, axis=1), label=cu.label)
+      x = np.asarray(rec["rounds"], dtype=np.float64)
+      if fig_decl.clock:
+        x, curve = _on_time_grid(rec, fig_decl.clock, pick, curve)
+      if fig_decl.geometric:
+        with np.errstate(divide="ignore"):
+          y = 10 ** np.nanmean(np.log10(np.maximum(curve, 1e-300)), axis=1)
+      else:
+        y = np.nanmean(curve, axis=1)
+      ax.plot(x, y, label=cu.label)
     if fig_decl.log:
       ax.set_yscale("log")
-    ax.set_xlabel("round")
+    ax.set_xlabel(fig_decl.xlabel if fig_decl.clock else "round")
     ax.set_ylabel(fig_decl.ylabel + ", mean over seeds")
     ax.set_title(fig_decl.title)
     ax.grid(alpha=0.3)
@@ -160,6 +176,22 @@ def plot(paper: Paper, records: dict, root: str = "results") -> list[str]:
     results.save_figure(p, fig)
     written.append(p)
   return written
+
+
+def _on_time_grid(rec: dict, clock: str, pick, curve, points: int = 200):
+  """Each seed's curve read on a common time grid (its last evaluation at or before each
+  time; NaN for a seed whose clock is not finite), up to the earliest seed's last time."""
+  import numpy as np
+  seeds = np.arange(curve.shape[1])
+  t = np.asarray(rec["metrics"][clock], dtype=np.float64)[:, pick, seeds]
+  if rec["rounds"][0] == 0:
+    t[0] = 0.0  # no event yet: the clock has not been read
+  bad = ~np.isfinite(t).all(axis=0)
+  t = np.where(np.isfinite(t), t, 0.0)
+  end = t[-1][~bad].min() if (~bad).any() else 1.0
+  grid = np.linspace(0.0, end, points)
+  idx = np.maximum((t[:, None, :] <= grid[None, :, None]).sum(axis=0) - 1, 0)  # [P, S]
+  return grid, np.where(bad, np.nan, curve[idx, seeds])
 
 
 def verification_report(name, run_rows, claim_rows, seconds, record) -> str:

@@ -76,7 +76,8 @@ def status(record: Optional[dict], run: Run, key: Optional[str] = None) -> str:
   if record["key"] != (key or config_key(run)):
     return "configuration changed"
   if record.get("code_kind") != code_lib.KIND:
-    return "code changed: recorded before the functions a run calls were traced"
+    return (f"code changed: recorded under an older rule (code_kind "
+            f"{record.get('code_kind')!r}, now {code_lib.KIND!r})")
   changed = code_lib.changed(record["code"])
   if changed:
     return "code changed: " + ", ".join(changed)

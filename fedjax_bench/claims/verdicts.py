@@ -54,7 +54,8 @@ class Metric:
   (e.g. "client_lr"): its value at the grid point. ``tune`` (a Metric of the same run, its
   point ignored): the grid point is the one whose mean over seeds of ``tune`` is smallest,
   non-finite means excluded, ties to the later point (grids are declared ascending);
-  ``tune_each_seed``: each seed's own smallest."""
+  ``tune_each_seed``: each seed's own smallest. ``tune_below``: instead the last grid point
+  whose ``tune`` is below this value (e.g. the largest stable stepsize)."""
   run: str
   metric: str = "test_accuracy"
   window: float = 0
@@ -68,6 +69,7 @@ class Metric:
   spread: bool = False
   tune: Optional["Metric"] = None
   tune_each_seed: bool = False
+  tune_below: Optional[float] = None
 
   def values(self, records: dict) -> np.ndarray:
     rec = records[self.run]
@@ -88,6 +90,9 @@ class Metric:
     if not self.tune_each_seed:
       score = np.broadcast_to(score.mean(axis=1, keepdims=True), score.shape)
     last = score.shape[0] - 1
+    if self.tune_below is not None:
+      below = score < self.tune_below
+      return last - np.argmax(below[::-1], axis=0), below.any(axis=0)
     pick = last - np.argmin(score[::-1], axis=0)  # [S]: ties to the later point
     return pick, np.isfinite(score.min(axis=0))
 
@@ -162,9 +167,15 @@ class Metric:
                f"mean of the last {self.window} rounds" if self.window else "final")
     out = f"{name}: {what} ({where})"
     if self.tune is not None:
-      rule = ("each seed's grid point with its smallest" if self.tune_each_seed
-              else "the grid point with the smallest seed-mean")
-      out += f", at {rule} {self.tune.describe().split(': ', 1)[1]}"
+      whose = "each seed's" if self.tune_each_seed else "the"
+      tuned = self.tune.describe().split(': ', 1)[1]
+      if self.tune_below is not None:
+        mean = "its" if self.tune_each_seed else "the seed-mean"
+        out += f", at {whose} last grid point with {mean} {tuned} < {self.tune_below:g}"
+      else:
+        rule = ("each seed's grid point with its smallest" if self.tune_each_seed
+                else "the grid point with the smallest seed-mean")
+        out += f", at {rule} {tuned}"
     return out
 
 
