@@ -71,3 +71,15 @@ def fedavg_builder():
   def make(task, world):
     return lambda hp: fedavg.build(task, world, hp)
   return make
+
+
+def run_rounds(alg, rounds: int = 3, first_key: int = 9):
+  """(server, clients, last metrics) after ``rounds`` jitted rounds from PRNGKey(0)'s init,
+  round t's key PRNGKey(first_key + t)."""
+  import jax
+  server, clients = alg.init(jax.random.PRNGKey(0))
+  step = jax.jit(alg.round)
+  metrics = None
+  for t in range(rounds):
+    server, clients, metrics = step(server, clients, jax.random.PRNGKey(first_key + t))
+  return server, clients, metrics

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from fedjax_bench import models
-from fedjax_bench.algorithms import area, fedef
+from fedjax_bench.algorithms import area, fedef, fedprox
 from fedjax_bench.core import keys
 from fedjax_bench.core.task import make_task
 from fedjax_bench.data import stream
@@ -127,6 +127,20 @@ def test_the_asynchronous_event_clock_never_reuses_a_key(monkeypatch):
   for t in range(4):
     server, clients, _ = step(server, clients, keys.round_key(run_key, t))
   jax.block_until_ready(server)
+  assert not log.problems(), "\n".join(log.problems()[:10])
+
+
+def test_a_fedprox_round_with_stragglers_never_reuses_a_key(monkeypatch):
+  task = _image_task(num_clients=4, per_client=8)
+  world = world_lib.make(participation.uniform(4, 3), np.full(4, 4))
+  alg = fedprox.build(task, world, dict(client_lr=0.01, batch_size=4, client_width=0,
+                                        local_steps=4, straggler_fraction=0.5))
+  run_key = keys.root(2)
+  server, clients = alg.init(keys.init_key(run_key))
+  log = KeyLog()
+  log.install(monkeypatch)
+  _, _, m = jax.jit(alg.round)(server, clients, keys.round_key(run_key, 1))
+  assert float(m["num_stragglers"]) == 1  # all but round(0.5 * 3) = 2 of the 3
   assert not log.problems(), "\n".join(log.problems()[:10])
 
 

@@ -6,9 +6,10 @@ and a Python API name."""
 import dataclasses
 from typing import Callable
 
-from fedjax_bench.algorithms import (area, asfedavg, f3ast, fedalign, fedau, fedavg,
-                                     fedavg_all, fedavg_known, fedawe, fedbuff, fedef, fedmax,
-                                     fednova, fedvarp, mifa, mifa_async, sfedavg)
+from fedjax_bench.algorithms import (area, asfedavg, f3ast, fedalign, fedau, fedavg, fedavg_all,
+                                     fedavg_known, fedawe, fedbuff, feddyn, fedef, fedmax, fednova,
+                                     fedprox, fedvarp, mifa, mifa_async, qfedavg, scaffold,
+                                     sfedavg)
 from fedjax_bench.errors import UsageError
 from fedjax_bench.settings import closest
 
@@ -73,6 +74,11 @@ register("local_model", fedalign.local_model, PRIORITIZED)
 register("fedalign_prox", fedalign.fedalign_prox, PRIORITIZED)
 register("fedprox_priority", fedalign.fedprox_priority, PRIORITIZED)
 register("fedprox_all_clients", fedalign.fedprox_all_clients, PRIORITIZED)
+# The standard baselines.
+register("fedprox", fedprox)
+register("scaffold", scaffold)
+register("feddyn", feddyn)
+register("qfedavg", qfedavg)
 
 
 def get(name: str) -> Algorithm:

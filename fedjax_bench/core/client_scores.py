@@ -69,3 +69,21 @@ def _correct(task, outputs, y) -> jax.Array:
   if task.loss_type != "cross_entropy":
     return jnp.zeros(y.shape, jnp.float32)
   return (jnp.argmax(outputs, -1) == y).astype(jnp.float32)
+
+
+def of_clients(task, params, ids) -> tuple[jax.Array, jax.Array]:
+  """(F_i(params), accuracy_i) over all of client i's training examples, for the clients
+  ``ids`` only ([k] each): one forward pass over each one's ``max_count`` padded rows, a
+  cohort's cost rather than the population's (`per_client`)."""
+  slots = jnp.arange(task.max_count)
+
+  def one(i):
+    count = task.counts[i]
+    x, y = task.client_data(i)(jnp.minimum(slots, jnp.maximum(count - 1, 0)))
+    w = (slots < count).astype(jnp.float32)
+    out = task.logits(params, x)
+    total = jnp.maximum(jnp.sum(w), 1.0)
+    return (jnp.sum(w * task.pointwise_loss(out, y)) / total,
+            jnp.sum(w * _correct(task, out, y)) / total)
+
+  return jax.vmap(one)(ids)

@@ -32,6 +32,8 @@ _NAMES = (
     "aggregation_clock",
     # purposes of the data domain (data/stream.py)
     "client_models", "examples",
+    # round-key purposes added since (appended: a run's recorded bindings stay as they were)
+    "stragglers",
 )
 PURPOSES = {name: zlib.crc32(f"fedjax_bench/{name}".encode()) for name in _NAMES}
 assert len(set(PURPOSES.values())) == len(PURPOSES)

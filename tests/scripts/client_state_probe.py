@@ -33,6 +33,8 @@ CASES = {
     "area": {"async_delta": 2},
     "fedbuff": {"async_delta": 2},
     "mifa_async": {"async_delta": 2},
+    "scaffold": {},
+    "feddyn": {"feddyn_alpha": 0.1},
 }
 
 

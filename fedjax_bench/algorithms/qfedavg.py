@@ -1,0 +1,57 @@
+"""q-FedAvg (Li, Sanjabi, Beirami & Smith, ICLR 2020: q-FFL), Algorithm 2.
+
+Each round:
+  1. observe the available clients S_t (the world's participation);
+  2. each k in S_t evaluates F_k(w^t) on all of its training examples and runs local SGD
+     from w^t to wbar_k (as FedAvg);
+  3. with L = 1 / eta_l (the paper's Lipschitz estimate from the local learning rate):
+       Delta w_k = L (w^t - wbar_k),   Delta_k = F_k^q(w^t) Delta w_k,
+       h_k = q F_k^{q-1}(w^t) ||Delta w_k||^2 + L F_k^q(w^t);
+  4. w^{t+1} = w^t - sum_k Delta_k / sum_k h_k  (through the server optimizer: sgd at
+     --server_lr = 1 is the paper's step; a round nobody trains changes nothing).
+q = 0 is FedAvg with uniform weights (Delta_k / h_k averages the local models); larger q
+weighs clients of higher loss more. F_k has no l2 term (as `client_scores`).
+"""
+
+import jax
+import jax.numpy as jnp
+
+from fedjax_bench.core import client_scores, rounds, schedules
+from fedjax_bench.core.types import FederatedAlgorithm
+from fedjax_bench.settings import NON_NEGATIVE, coerce, section, setting
+
+
+@section("qfedavg")
+class Hparams(rounds.Synchronous):
+  qffl_q: float = setting(1.0, "q of q-FFL: 0 is FedAvg, larger q weighs clients of higher "
+                          "loss more (the paper: 0.001 to 15).", check=NON_NEGATIVE, sweep=True)
+
+
+def build(task, world, hp: Hparams) -> FederatedAlgorithm:
+  hp = coerce(Hparams, hp)
+  sopt = hp.optimizer()
+  q = hp.qffl_q
+
+  def round_fn(server, clients, key):
+    mask, c, world_state = rounds.observe(world, server, key)
+    f, _ = client_scores.of_clients(task, server.params, c.ids)  # F_k(w^t) [cap]
+    deltas, losses = rounds.train(task, world, hp, server.params, c, key, server.round)
+    lip = 1.0 / schedules.client_lr(hp, server.round)
+    dw = jax.tree.map(lambda d: -lip * d, deltas)  # L (w^t - wbar_k)
+    sq = sum(jnp.sum(a.reshape(a.shape[0], -1) ** 2, axis=1) for a in jax.tree.leaves(dw))
+    fq = f ** q
+    slope = jnp.where(q > 0, q * f ** jnp.where(q > 0, q - 1.0, 0.0), 0.0)
+    valid = c.valid.astype(jnp.float32)
+    h = jnp.sum(valid * (slope * sq + lip * fq))
+    weights = valid * fq
+    total = jax.tree.map(lambda a: jnp.tensordot(weights, a, axes=1), dw)
+    scale = jnp.where(h > 0, 1.0 / jnp.where(h > 0, h, 1.0), 0.0)
+    step = jax.tree.map(lambda s: -scale * s, total)
+    server = rounds.apply_update(sopt, server, step, world_state,
+                                 skip=~jnp.any(c.valid))
+    return server, clients, {**rounds.metrics(mask, c, losses),
+                             "cohort_loss_at_start": jnp.sum(valid * f)
+                             / jnp.maximum(jnp.sum(valid), 1.0)}
+
+  return FederatedAlgorithm(lambda key: (rounds.init_server(task, world, sopt, key), ()),
+                            round_fn)
