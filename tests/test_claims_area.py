@@ -229,3 +229,12 @@ def test_a_clock_figure_reads_every_seed_on_one_time_grid(tmp_path, monkeypatch)
   np.testing.assert_allclose(at(0.0), 100)
   np.testing.assert_allclose(at(1.0), np.sqrt(10 * 0.01))  # seed 0 at 1: 10; seed 1: 0.01
   np.testing.assert_allclose(at(2.0), np.sqrt(1 * 1e-4))
+  # A floor (the claims' log_floor): an exact 0 counts as the floor, not as -inf.
+  rec["r"]["metrics"]["gap"][4][0][1] = 0.0  # seed 1's last evaluation
+  floored = Figure("g.png", "t", fig.curves, log=True, geometric=True, floor=1e-2,
+                   clock="cum_time")
+  drawn.clear()
+  plot(Paper(name="toy", title="t", spec="s", runs=(Run("r", {}),), claims=(),
+             figures=(floored,)), rec, str(tmp_path))
+  x, y = drawn[0]
+  np.testing.assert_allclose(y[-1], np.sqrt(1 * 1e-2))

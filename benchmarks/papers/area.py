@@ -499,8 +499,8 @@ def figures(declared):
   gap = lambda title, runs, file, ylabel="optimality gap f(x) − f*": Figure(
       file, title, tuple(Curve(run, label, _gap_metric(run), tune=tuning(run))
                          for run, label in runs if run in declared),
-      ylabel=ylabel + " (geometric mean over seeds)", log=True, geometric=True,
-      clock="cum_time")
+      ylabel=ylabel, log=True, geometric=True,
+      floor=_floor(runs[0][0]), clock="cum_time")
   out = []
   for f, (n, partition, k, _, _) in FIGS.items():
     for rt, where in RATES.items():

@@ -34,6 +34,8 @@ class Figure:
   ylabel: str = "test accuracy"
   log: bool = False               # a logarithmic y axis
   geometric: bool = False         # the geometric mean over seeds (gaps spanning decades)
+  floor: float = 1e-300           # with geometric: values below it count as it (a claim's
+                                  # log_floor), so an exact 0 does not sink the mean
   clock: str = ""                 # x axis: this metric's time (asynchronous runs), not rounds
   xlabel: str = "simulated time"  # with a clock
 
@@ -160,14 +162,15 @@ def plot(paper: Paper, records: dict, root: str = "results") -> list[str]:
         x, curve = _on_time_grid(rec, fig_decl.clock, pick, curve)
       if fig_decl.geometric:
         with np.errstate(divide="ignore"):
-          y = 10 ** np.nanmean(np.log10(np.maximum(curve, 1e-300)), axis=1)
+          y = 10 ** np.nanmean(np.log10(np.maximum(curve, fig_decl.floor)), axis=1)
       else:
         y = np.nanmean(curve, axis=1)
       ax.plot(x, y, label=cu.label)
     if fig_decl.log:
       ax.set_yscale("log")
     ax.set_xlabel(fig_decl.xlabel if fig_decl.clock else "round")
-    ax.set_ylabel(fig_decl.ylabel + ", mean over seeds")
+    ax.set_ylabel(fig_decl.ylabel + (", geometric mean over seeds" if fig_decl.geometric
+                                     else ", mean over seeds"))
     ax.set_title(fig_decl.title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
