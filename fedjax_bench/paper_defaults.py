@@ -27,7 +27,7 @@ ASYNC_DEFAULTS = {
     "quadratic": dict(num_clients=50, model="linear", local_steps=1, batch_size=1,
                       async_rates="normal", async_rate_std=3.0, sim_time=10.0),
 }
-# Stepsizes per (dataset, algorithm), from our grid searches (results/area/REPORT.md): MNIST
+# Stepsizes per (dataset, algorithm), from the retired area_cpu.py's grid searches: MNIST
 # at n = 128 (Dirichlet 0.1, K = 1); every method chose 1 at n = 4, so fewer clients than
 # 128 scale the MNIST values by n / 128, capped below at 1 (the stable range grows with n).
 ASYNC_LR = {

@@ -2,12 +2,13 @@
 
 Runs: the paper's MNIST experiments (Figs. 1, 2, 5-10: n = 128 or 4 clients, Dirichlet(0.1)
 or iid, K = 1 or 50 local steps, uniform or N(10, 5) rates, b = 32, Delta = 4), the
-quadratic toy of Fig. 4 where float32 suffices, and the spec's calibration experiments E2
-and E3 (exact local gradients on 2,000 MNIST examples, n = 64 and 8). Each run is one method over a
-stepsize grid, the same grid and seeds for every method of a setting (the paper tuned
-every method by grid search); each claim reads the tuned grid point, chosen by the spec's
-rule (§8 row 13: the smallest seed-mean time average of log10 of the optimality gap over
-[0, T], diverged points excluded, ties to the larger stepsize). The methods of a setting
+quadratic toy of Fig. 4 (float64 for exact convergence, float32 for the plateaus), and
+the spec's calibration experiments E2 and E3 (exact local gradients on 2,000 MNIST
+examples, n = 64 and 8). Each run is one method over a stepsize grid, the same grid and
+seeds for every method of a setting (the paper tuned every method by grid search); each
+claim reads the tuned grid point, chosen by the spec's rule (§8 row 13: the smallest
+seed-mean time average of log10 of the optimality gap over [0, T], diverged points
+excluded, ties to the larger stepsize). The methods of a setting
 share the data, the rates and the event traces of each seed, so differences are paired
 per seed. Rounds are server events (S-FedAvg: synchronous rounds), so every statistic
 that depends on time reads the simulated clock (`cum_time`).
