@@ -16,7 +16,7 @@ weighs clients of higher loss more. F_k has no l2 term (as `client_scores`).
 import jax
 import jax.numpy as jnp
 
-from fedjax_bench.core import client_scores, rounds, schedules
+from fedjax_bench.core import aggregate, client_scores, rounds, schedules
 from fedjax_bench.core.types import FederatedAlgorithm
 from fedjax_bench.settings import NON_NEGATIVE, coerce, section, setting
 
@@ -44,7 +44,7 @@ def build(task, world, hp: Hparams) -> FederatedAlgorithm:
     valid = c.valid.astype(jnp.float32)
     h = jnp.sum(valid * (slope * sq + lip * fq))
     weights = valid * fq
-    total = jax.tree.map(lambda a: jnp.tensordot(weights, a, axes=1), dw)
+    total = aggregate.weighted_sum(dw, weights)
     scale = jnp.where(h > 0, 1.0 / jnp.where(h > 0, h, 1.0), 0.0)
     step = jax.tree.map(lambda s: -scale * s, total)
     server = rounds.apply_update(sopt, server, step, world_state,
