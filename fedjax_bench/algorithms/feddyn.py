@@ -45,9 +45,11 @@ def build(task, world, hp: Hparams) -> FederatedAlgorithm:
     mask, c, world_state = rounds.observe(world, server, key)
     theta, h = server.params, server.aux
     g_k = cohort_lib.gather(grads, c)
-    d, losses = rounds.train_corrected(  # d: theta_k^t - theta^{t-1}
-        task, world, hp, theta, jax.tree.map(jnp.negative, g_k), c, key, server.round,
-        loss_fn=local_terms.proximal(task.loss, theta, alpha))
+    start = local_terms.pair_start(theta, jax.tree.map(jnp.negative, g_k))
+    loss_fn = local_terms.corrected(local_terms.proximal(task.loss, theta, alpha))
+    deltas, losses = rounds.train(task, world, hp, start, c, key, server.round,
+                                  per_client_start=True, loss_fn=loss_fn)
+    d = deltas[0]  # theta_k^t - theta^{t-1}
     valid = c.valid.astype(jnp.float32)
     grads = cohort_lib.scatter(grads, c, jax.tree.map(lambda g, dk: g - alpha * dk, g_k, d))
     mean = aggregate.weighted_mean(d, valid)

@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 
 from fedjax_bench.algorithms.mifa import init_with_memory
-from fedjax_bench.core import aggregate, cohort as cohort_lib, rounds, schedules
+from fedjax_bench.core import aggregate, cohort as cohort_lib, local_terms, rounds, schedules
 from fedjax_bench.core.types import FederatedAlgorithm
 from fedjax_bench.settings import coerce, section, setting
 
@@ -48,9 +48,11 @@ def build(task, world, hp: Hparams) -> FederatedAlgorithm:
     mask, s, world_state = rounds.observe(world, server, key)
     x, c = server.params, server.aux
     c_i = cohort_lib.gather(c_clients, s)
-    dy, losses = rounds.train_corrected(task, world, hp, x,
-                                        jax.tree.map(lambda g, ci: g - ci, c, c_i), s, key,
-                                        server.round)
+    start = local_terms.pair_start(x, jax.tree.map(lambda g, ci: g - ci, c, c_i))
+    deltas, losses = rounds.train(task, world, hp, start, s, key, server.round,
+                                  per_client_start=True,
+                                  loss_fn=local_terms.corrected(task.loss))
+    dy = deltas[0]
     valid = s.valid.astype(jnp.float32)
     if hold_zero:
       c_plus = c_i

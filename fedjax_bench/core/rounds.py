@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from fedjax_bench.core import cohort as cohort_lib, keys, local, local_terms, schedules
+from fedjax_bench.core import cohort as cohort_lib, keys, local, schedules
 from fedjax_bench.core.cohort import Cohort
 from fedjax_bench.core.local import LocalTraining
 from fedjax_bench.core.schedules import ClientLrSchedule
@@ -68,17 +68,6 @@ def train(task, world, hp: Synchronous, start, c: Cohort, key, t, *, per_client_
       task, world, start, c.ids, key, opt=optax.sgd(schedules.client_lr(hp, t)),
       batch_size=hp.batch_size, sampling=hp.sampling, width=hp.client_width, loss_fn=loss_fn, per_client_start=per_client_start,
       sum_weights=sum_weights, valid=c.valid)
-
-
-def train_corrected(task, world, hp: Synchronous, start, v, c: Cohort, key, t, *,
-                    loss_fn=None):
-  """`train` with client i's gradient corrected by its row v_i of ``v`` ([cap, ...]:
-  SCAFFOLD's c - c_i, FedDyn's -g_k; `local_terms.corrected`): (deltas of the model
-  [cap, ...], losses)."""
-  deltas, losses = train(task, world, hp, local_terms.pair_start(start, v), c, key, t,
-                         per_client_start=True,
-                         loss_fn=local_terms.corrected(loss_fn or task.loss))
-  return deltas[0], losses
 
 
 def apply_update(sopt: optax.GradientTransformation, server: ServerState, delta, world_state,
