@@ -35,6 +35,8 @@ def run_config(algo: str, n: int) -> config.Config:
     values["test_mix"] = "official"
   if algo.startswith("fedef"):  # error feedback keeps state only with a compressor
     values["compressor"] = "topk"
+  if algo == "ditto":  # scored on each client's own test data
+    values["holdout_fraction"] = 0.2
   return config.resolve(values)
 
 

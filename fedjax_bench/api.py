@@ -22,6 +22,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from fedjax_bench import checkpoint, compile_cache, config as config_lib, flags, results
+from fedjax_bench import settings
 from fedjax_bench.config import Config
 from fedjax_bench.errors import UsageError
 
@@ -166,10 +167,12 @@ def execute(cfg: Config, seeds: list[int], grid: list[dict], *, progress: bool =
                                 on_save=on_save, max_share=out_cfg.checkpoint_max_share)
   if out and lead and not (out_cfg.resume and os.path.exists(ckpt_path)):
     results.atomic_write_json(os.path.join(out, results.CONFIG_FILE), run_config)
+  _with_privacy(None, cfg.algo, exp)  # a sampling it cannot account for fails now
   output = engine.run(exp.build, task, exp.hparams, seeds=seeds, rounds=cfg.eval.rounds,
                       eval_every=cfg.eval.eval_every, grid=grid or None,
                       on_eval=_print_progress if say else None, checkpoint=ckpt,
                       run_data=exp.run_data)
+  output = dataclasses.replace(output, history=_with_privacy(output.history, cfg.algo, exp))
   diverged = _diverged_list(output, grid)
   extra = {"diverged": diverged}
   if out and lead:
@@ -191,6 +194,25 @@ def execute(cfg: Config, seeds: list[int], grid: list[dict], *, progress: bool =
   if lead and diverged:
     _report_divergence(output, grid, out)
   return result
+
+
+def _with_privacy(history, algo: str, exp):
+  """The history with `dp_epsilon`, the privacy an algorithm that declares it (DP-FedAvg)
+  has spent by each evaluated round, per grid point (host-side, from its settings); with
+  ``history`` None, only checks that the run's sampling can be accounted for."""
+  from fedjax_bench import algorithms, engine
+  privacy = algorithms.get(algo).privacy
+  if privacy is None:
+    return history
+  n = exp.dataset.train.num_clients
+  if history is None:
+    privacy(exp.hparams, exp.config.world, n, np.zeros(1))
+    return None
+  eps = np.stack([np.asarray(privacy(engine.with_point(exp.hparams, point), exp.config.world, n,
+                                     history.rounds), np.float64)
+                  for point in history.grid], axis=1)
+  eps = np.repeat(eps[:, :, None], len(history.seeds), axis=2)
+  return dataclasses.replace(history, metrics={**history.metrics, "dp_epsilon": eps})
 
 
 def _count(n: int, noun: str) -> str:
@@ -226,10 +248,20 @@ _NOT_IN_FINGERPRINT = ("output_dir", "name", "resume", "check_only", "checkpoint
                        "compile_cache")
 
 
+# Shared settings added after runs were recorded, whose declared default is "off" (the
+# behaviour from before they existed): at that default they are left out of the
+# fingerprint, so a run made before keeps its key (`claims.store.config_key`). Their
+# defaults must stay "off".
+_OMITTED_AT_DEFAULT = ("holdout_fraction",)
+
+
 def run_fingerprint(cfg: Config, seeds: list[int], grid: list[dict]) -> dict:
   """What identifies a run for --resume: every setting that shapes its numbers, the seeds
   and the grid (a JSON round trip, so it compares equal to the one read back from a file)."""
-  fp = {k: v for k, v in sorted(cfg.flat().items()) if k not in _NOT_IN_FINGERPRINT}
+  defaults = {name: spec.default for cls in config_lib.classes(cfg.algo)
+              for name, spec in settings.specs(cls).items() if name in _OMITTED_AT_DEFAULT}
+  fp = {k: v for k, v in sorted(cfg.flat().items()) if k not in _NOT_IN_FINGERPRINT
+        and not (k in defaults and v == defaults[k])}
   fp.update(seeds=list(seeds), grid=list(grid))
   return json.loads(json.dumps(fp))
 

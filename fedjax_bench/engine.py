@@ -215,7 +215,7 @@ def run(build: Builder, task: Task, hparams: dict, *, seeds: list[int], rounds: 
   extra = _per_run_data(run_data, task, seeds, len(grid), put)
 
   def algorithm(hp_run, *data):
-    return build(_with_point(hparams, hp_run), *data)
+    return build(with_point(hparams, hp_run), *data)
 
   # A run's state: (server, clients, t, diverged); `diverged` is 0 or the first round
   # after which the server's parameters were non-finite.
@@ -239,7 +239,12 @@ def run(build: Builder, task: Task, hparams: dict, *, seeds: list[int], rounds: 
   def eval_one(hp_run, state, *data):
     server, clients = state[:2]
     scored = task.for_run(data[0].task) if data else task
-    return scored.evaluate(params_to_evaluate(algorithm(hp_run, *data), server, clients))
+    alg = algorithm(hp_run, *data)
+    out = scored.evaluate(params_to_evaluate(alg, server, clients))
+    if alg.personal_params is not None and scored.client_test is not None:
+      personal = cohort.population(alg.personal_params(server, clients))
+      out.update(scored.evaluate_clients(personal, "personal_test", per_client=True))
+    return out
 
   compile_seconds = 0.0
 
@@ -325,7 +330,7 @@ def run(build: Builder, task: Task, hparams: dict, *, seeds: list[int], rounds: 
                    np.asarray(diverged).reshape(len(grid), num_seeds))
 
 
-def _with_point(hparams, point: dict):
+def with_point(hparams, point: dict):
   """The hyperparameters with a grid point's (traced) values: a settings object's fields
   replaced, or a plain dict's keys."""
   if settings.is_settings(hparams):

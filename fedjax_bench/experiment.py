@@ -20,6 +20,7 @@ from fedjax_bench.core import run_data as run_data_lib
 from fedjax_bench.core.task import Task, make_per_seed_task, make_task
 from fedjax_bench.core.types import FederatedAlgorithm
 from fedjax_bench.data import priority as priority_lib
+from fedjax_bench.data import holdout
 from fedjax_bench.data.federated import Dataset
 from fedjax_bench.errors import UsageError
 from fedjax_bench.sim import availability, participation
@@ -88,6 +89,8 @@ def setup(cfg: Config | Mapping[str, Any], *, dataset: Dataset | None = None,
   algorithm = algorithms.get(cfg.algo)
   dataset = dataset if dataset is not None else load_dataset(cfg)
   dataset, cfg = with_priority(dataset, cfg)
+  if cfg.data.holdout_fraction > 0:
+    dataset = holdout.split(dataset, cfg.data.holdout_fraction, cfg.data.partition_seed)
   model = cfg.model.make(dataset)
   task = make_task(dataset, model, train_eval_examples=cfg.eval.train_eval_examples,
                    **task_kwargs(cfg))
@@ -143,6 +146,9 @@ def setup_per_seed(cfg: Config, seeds) -> Experiment:
   if not seeds:
     raise UsageError("--data_per_seed needs the run's seeds at setup "
                      "(experiment.setup(cfg, seeds=[...]))")
+  if cfg.data.holdout_fraction > 0:
+    raise UsageError("--holdout_fraction does not work with --data_per_seed yet; give one "
+                     "of them")
   algorithm = algorithms.get(cfg.algo)
   per_seed = data.load_per_seed(cfg.data.dataset, seeds=list(seeds),
                                 partition_seed=cfg.data.partition_seed,

@@ -106,6 +106,10 @@ CONFIGS = {
     "scaffold": dict(participation="uniform", clients_per_round=5, local_epochs=1.0),
     "feddyn": dict(participation="uniform", clients_per_round=5, feddyn_alpha=0.1),
     "qfedavg": dict(participation="uniform", clients_per_round=5, qffl_q=2.0),
+    "dp_fedavg": dict(participation="bernoulli", participation_prob=0.3, dp_clip=0.5,
+                      dp_noise_multiplier=0.05),  # clipped updates, noise on their sum
+    "ditto": dict(participation="uniform", clients_per_round=5, holdout_fraction=0.25,
+                  ditto_lambda=0.5),
 }
 
 

@@ -57,8 +57,13 @@ def toy_dataset(num_clients=6, dim=5, classes=3, seed=0, sizes=None) -> Dataset:
 
 
 def toy_setup(*, num_clients=6, cohort=3, local_steps=3, local_epochs=0.0, batch_size=4,
-              model="logreg", sizes=None, part=None, dim=5, hidden=8):
+              model="logreg", sizes=None, part=None, dim=5, hidden=8, holdout=0.0):
+  """(task, world) over `toy_dataset`; ``holdout`` > 0 holds out that fraction of each
+  client's examples as its own test data (data/holdout.py, seed 0)."""
   ds = toy_dataset(num_clients=num_clients, sizes=sizes, dim=dim)
+  if holdout:
+    from fedjax_bench.data import holdout as holdout_lib
+    ds = holdout_lib.split(ds, holdout, 0)
   task = make_task(ds, models.make(model, num_classes=3, is_image=False, mlp_hidden=(hidden,)))
   part = part or participation.uniform(num_clients, cohort)
   steps = world_lib.client_steps(ds.train.counts, local_steps=local_steps,

@@ -330,3 +330,35 @@ def test_an_x64_run_runs_in_float64_and_is_its_own_configuration(tmp_path):
   np.testing.assert_allclose(rec["metrics"]["optimality_gap"], direct, rtol=1e-6)  # 7 digits
   single = api.run(seeds=[0], progress=False, **settings).curves["optimality_gap"]
   assert not np.allclose(rec["metrics"]["optimality_gap"], single, rtol=1e-4, atol=0)
+
+
+def test_verify_refresh_replaces_a_stale_run_only_when_its_numbers_come_out_again(tmp_path):
+  # Both runs of the claim made "on other code" (a recorded hash that no function has);
+  # the FedAWE run reruns to the same numbers and takes the rerun's record, the FedAvg
+  # run, edited, does not and stays stale.
+  import json
+
+  from fedjax_bench.claims import store
+  shutil.copytree(os.path.join(ROOT, "results", "fedawe"), tmp_path / "fedawe")
+  runs_dir = tmp_path / "fedawe" / "runs"
+  paths = [runs_dir / f"toyfl_paper_sine_{a}.json" for a in ("fedawe", "fedavg")]
+  for i, path in enumerate(paths):
+    rec = json.loads(path.read_text())
+    key = next(k for k in rec["code"] if k.endswith(":run"))
+    rec["code"][key] = "0" * 8
+    if i == 1:
+      rec["metrics"]["test_accuracy"] = np.zeros_like(rec["metrics"]["test_accuracy"]).tolist()
+    path.write_text(json.dumps(rec))
+  p = claims_cli("fedawe", "--verify", "--refresh", "--claim=S-paper-phi",
+                 f"--results_dir={tmp_path}")
+  assert "toyfl_paper_sine_fedawe: the same numbers on the current code; refreshed" in p.stdout
+  assert "toyfl_paper_sine_fedavg: the same numbers" not in p.stdout
+  papers_dir = os.path.join(ROOT, "benchmarks")
+  sys.path.insert(0, papers_dir)
+  try:
+    import papers
+  finally:
+    sys.path.remove(papers_dir)
+  by_name = {r.name: r for r in papers.PAPERS["fedawe"].runs}
+  fresh = [store.status(json.loads(path.read_text()), by_name[path.stem]) for path in paths]
+  assert fresh[0] == "fresh" and fresh[1].startswith("code changed"), fresh

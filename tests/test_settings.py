@@ -128,7 +128,8 @@ def _small_experiment(algo, dataset):
 
 
 _SMALL = dict(num_clients=12, local_steps=2, batch_size=4, train_eval_examples=0,
-              clients_per_round=4, num_priority=2, test_mix="official")
+              clients_per_round=4, num_priority=2, test_mix="official",
+              holdout_fraction=0.25)  # ditto is scored on per-client test data
 
 
 def test_every_declared_sweepable_setting_traces():

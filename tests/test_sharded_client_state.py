@@ -13,7 +13,8 @@ from fedjax_bench.algorithms import mifa
 from fedjax_bench.core import memory
 
 PROBE = Path(__file__).parent / "scripts" / "client_state_probe.py"
-ALGOS = "mifa,fedvarp,fedawe,fedau,f3ast,fedef_sgd,area,fedbuff,mifa_async,scaffold,feddyn"
+ALGOS = ("mifa,fedvarp,fedawe,fedau,f3ast,fedef_sgd,area,fedbuff,mifa_async,scaffold,feddyn,"
+         "ditto")
 RESUMED = "mifa,fedawe,fedef_sgd,area"  # sharded evenly, padded, both kinds of round
 
 

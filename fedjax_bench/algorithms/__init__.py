@@ -4,12 +4,13 @@ FederatedAlgorithm``; one `register` line below makes it a ``--algo`` value, a f
 and a Python API name."""
 
 import dataclasses
-from typing import Callable
+from typing import Callable, Optional
 
 from fedjax_bench.algorithms import (area, asfedavg, f3ast, fedalign, fedau, fedavg, fedavg_all,
                                      fedavg_known, fedawe, fedbuff, feddyn, fedef, fedmax, fednova,
                                      fedprox, fedvarp, mifa, mifa_async, qfedavg, scaffold,
                                      sfedavg)
+from fedjax_bench.algorithms import ditto, dp_fedavg
 from fedjax_bench.errors import UsageError
 from fedjax_bench.settings import closest
 
@@ -25,6 +26,9 @@ class Algorithm:
   Hparams: type
   build: Callable
   kind: str = SYNCHRONOUS
+  # (hparams, world settings, num_clients, rounds [E]) -> [E] the privacy spent after
+  # each (DP-FedAvg's epsilon), or None: not a private algorithm.
+  privacy: Optional[Callable] = None
 
 
 ALGORITHMS: dict[str, Algorithm] = {}
@@ -35,7 +39,8 @@ def register(name: str, module, kind: str = SYNCHRONOUS) -> Algorithm:
     raise ValueError(f"algorithm {name!r} is registered twice")
   if kind not in KINDS:
     raise ValueError(f"unknown algorithm kind {kind!r}; valid: {', '.join(KINDS)}")
-  ALGORITHMS[name] = Algorithm(name, module.Hparams, module.build, kind)
+  ALGORITHMS[name] = Algorithm(name, module.Hparams, module.build, kind,
+                               getattr(module, "privacy", None))
   import sys
   if "fedjax_bench.flags" in sys.modules:  # registered after the flags were made
     sys.modules["fedjax_bench.flags"].add_algorithm(name)
@@ -79,6 +84,8 @@ register("fedprox", fedprox)
 register("scaffold", scaffold)
 register("feddyn", feddyn)
 register("qfedavg", qfedavg)
+register("dp_fedavg", dp_fedavg)
+register("ditto", ditto)
 
 
 def get(name: str) -> Algorithm:

@@ -33,7 +33,7 @@ _NAMES = (
     # purposes of the data domain (data/stream.py)
     "client_models", "examples",
     # round-key purposes added since (appended: a run's recorded bindings stay as they were)
-    "stragglers",
+    "stragglers", "local_optimum", "dp_noise", "personal_train",
 )
 PURPOSES = {name: zlib.crc32(f"fedjax_bench/{name}".encode()) for name in _NAMES}
 assert len(set(PURPOSES.values())) == len(PURPOSES)

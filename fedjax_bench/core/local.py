@@ -181,7 +181,8 @@ def train_cohort(task, world, params, ids, key, *, opt: optax.GradientTransforma
                  loss_fn: Optional[Callable] = None, per_client_start: bool = False,
                  loss_scale: Optional[jax.Array] = None,
                  sum_weights: Optional[jax.Array] = None,
-                 valid: Optional[jax.Array] = None):
+                 valid: Optional[jax.Array] = None,
+                 transform: Optional[Callable] = None):
   """Local training of the cohort ``ids``, each client with its own key and its world
   step budget: (deltas x_i - start_i [cap, ...], mean losses [cap]).
 
@@ -195,7 +196,9 @@ def train_cohort(task, world, params, ids, key, *, opt: optax.GradientTransforma
   never holding every client's delta at once (`client_map.map_clients_sum`).
 
   ``valid`` ([cap] bool, optional) marks the slab's real rows: the padding rows are not
-  trained, their deltas and losses are zeros and they add nothing to the sum. The
+  trained, their deltas and losses are zeros and they add nothing to the sum.
+  ``transform(i, delta) -> delta`` (optional) changes client i's delta before anything
+  sums it (DP-FedAvg's clipping). The
   clients train in decreasing order of their step budgets (`client_map.map_clients`'s
   ``work``), so a chunk of vmapped clients runs about its own clients' steps; the
   results come back in cohort order.
@@ -224,7 +227,8 @@ def train_cohort(task, world, params, ids, key, *, opt: optax.GradientTransforma
                       fetch=task.client_data(i), loss_fn=fn, opt=opt, spec=spec,
                       max_count=task.max_count, gather_limit=GATHER_BUDGET // at_once,
                       positions=drawn or None)
-    return jax.tree.map(jnp.subtract, new, start), loss
+    delta = jax.tree.map(jnp.subtract, new, start)
+    return (delta if transform is None else transform(i, delta)), loss
 
   if per_client_start:
     fn, args = one, (ids, client_keys, params)

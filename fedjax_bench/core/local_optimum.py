@@ -11,9 +11,7 @@ diverged client keeps its loss at w_0). The loss is the one ℓ reads
 (`client_scores.per_client`): the plain data fit, in evaluation mode, without the l2
 penalty.
 
-Keys: the init key's "local_optimum" purpose, folded in as `keys.PURPOSES` folds its
-names (crc32 of "fedjax_bench/local_optimum", distinct from every name there: a test
-checks it), then one key per client (`keys.per_client`), whose "local_sampling"
+Keys: the init key's "local_optimum" purpose (`keys.for_purpose`), then one key per client (`keys.per_client`), whose "local_sampling"
 sub-purpose draws that client's minibatches. The rounds' keys are untouched.
 
 Not cached on disk, unlike f* (core/optimum.py): with --data_per_seed a run's partition
@@ -21,22 +19,18 @@ reaches the algorithm only as a traced view inside the engine's program, so the 
 is computed there, once per run, from that run's own data.
 """
 
-import zlib
-
 import jax
 import jax.numpy as jnp
 import optax
 
 from fedjax_bench.core import keys, local
 
-PURPOSE = "local_optimum"
-FOLD = zlib.crc32(f"fedjax_bench/{PURPOSE}".encode())
 EVAL_BATCH = 10  # clients scored at once (each over all of its examples)
 
 
 def key_of(init_key: jax.Array) -> jax.Array:
   """The estimate's key under a run's init key."""
-  return jax.random.fold_in(init_key, jnp.uint32(FOLD))
+  return keys.for_purpose(init_key, "local_optimum")
 
 
 def estimate(task, params, key, *, steps: int, lr, batch_size: int,

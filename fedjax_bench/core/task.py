@@ -50,6 +50,16 @@ class TaskView(NamedTuple):
   local_client: Any = None     # () int32: local_model's free client (-1: none)
 
 
+class ClientTest(NamedTuple):
+  """Every client's own test examples as a padded [num_clients, H] table of rows of x/y
+  (H the most any client holds; ``valid`` marks the real entries)."""
+  x: jax.Array      # [R, D] the held-out examples, client after client
+  y: jax.Array      # [R]
+  rows: jax.Array   # [num_clients, H] int32 rows of x/y (0 where not valid)
+  valid: jax.Array  # [num_clients, H] bool
+  tail: int         # static: the clients in a "worst/best 10%" (ceil(0.1 x those with data))
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class Task:
   model: nn.Module
@@ -85,6 +95,8 @@ class Task:
   # One run's index maps into x/y (and test_x/test_y) with --data_per_seed; None: x/y
   # are the layout itself. `for_run` gives the Task of one run.
   view: TaskView | None = None
+  # Each client's own test data (--holdout_fraction), or None.
+  client_test: "ClientTest | None" = None
 
   @property
   def num_clients(self) -> int:
@@ -178,6 +190,7 @@ class Task:
     * with an ``optimum``: ``optimality_gap`` = train_loss - f* (train_loss is then over
       all training examples), and when θ* is known ``dist_sq`` = ||params - θ*||² and,
       if θ* != 0, ``rel_dist_sq`` = dist_sq / ||θ*||².
+    * with a ``client_test`` (--holdout_fraction): `evaluate_clients`'s client_test_*.
     """
     test_loss, test_acc = _mean_loss_and_accuracy(self, params, *self.test_set())
     train_loss, _ = _mean_loss_and_accuracy(self, params, *self.train_eval_set())
@@ -188,7 +201,28 @@ class Task:
       out["grad_norm_sq"] = self.grad_norm_sq(params)
     if self.optimum is not None:
       out.update(_optimum_metrics(self.optimum, params, train_loss))
+    if self.client_test is not None:
+      out.update(self.evaluate_clients(params))
     return out
+
+  def evaluate_clients(self, params, prefix: str = "client_test",
+                       per_client: bool = False) -> dict:
+    """Accuracy over clients on their own test data (`client_test`): the mean over the
+    clients that hold any, its standard deviation, and the mean of the worst and of the
+    best 10% of them (q-FFL's statistics). ``per_client``: ``params`` has a leading
+    client axis, client i scored with its own row (a personalized model)."""
+    ct = self.client_test
+
+    def one(p, rows, valid):
+      correct = jnp.argmax(self.logits(p, ct.x[rows]), -1) == ct.y[rows]
+      n = jnp.sum(valid)
+      return jnp.sum(correct & valid) / jnp.maximum(n, 1), n > 0
+
+    if per_client:
+      acc, has = jax.lax.map(lambda a: one(*a), (params, ct.rows, ct.valid), batch_size=64)
+    else:
+      acc, has = jax.lax.map(lambda a: one(params, *a), (ct.rows, ct.valid), batch_size=64)
+    return _over_clients(acc, has, ct.tail, prefix)
 
   def grad_norm_sq(self, params) -> jax.Array:
     """||grad f(params)||^2, f the mean loss over the scored training examples (the
@@ -212,6 +246,29 @@ class Task:
     if self.l2:
       grad = jax.tree.map(lambda g, p: g + self.l2 * p, grad, params)
     return sum(jnp.sum(jnp.square(g)) for g in jax.tree.leaves(grad))
+
+
+def _over_clients(acc, has, tail: int, prefix: str) -> dict:
+  n = jnp.maximum(jnp.sum(has), 1)
+  mean = jnp.sum(jnp.where(has, acc, 0.0)) / n
+  std = jnp.sqrt(jnp.sum(jnp.where(has, jnp.square(acc - mean), 0.0)) / n)
+  ranked = jnp.sort(jnp.where(has, acc, jnp.inf))
+  worst = jnp.mean(ranked[:tail])
+  best = jnp.mean(jnp.sort(jnp.where(has, acc, -jnp.inf))[-tail:])
+  return {prefix + "_accuracy": mean, prefix + "_accuracy_std": std,
+          prefix + "_accuracy_worst10": worst, prefix + "_accuracy_best10": best}
+
+
+def client_test_table(data) -> ClientTest:
+  """`ClientTest` of held-out data (a `FederatedData`, data/holdout.py)."""
+  counts = np.asarray(data.counts)
+  width = max(int(counts.max(initial=0)), 1)
+  cols = np.arange(width)
+  valid = cols[None, :] < counts[:, None]
+  rows = np.where(valid, np.asarray(data.offsets)[:, None] + cols[None, :], 0)
+  flat = lambda a: jnp.asarray(a.reshape(a.shape[0], -1))
+  return ClientTest(flat(data.x), jnp.asarray(data.y), jnp.asarray(rows, jnp.int32),
+                    jnp.asarray(valid), max(int(np.ceil(0.1 * np.sum(counts > 0))), 1))
 
 
 def with_optimum(task: Task, optimum: Optimum | None) -> Task:
@@ -323,7 +380,8 @@ def make_task(dataset: Dataset, model: nn.Module, *, train_eval_examples: int = 
       max_count=max(int(t.counts.max()), 1), **options,
       priority=None if dataset.priority is None else jnp.asarray(dataset.priority),
       aligned=None if dataset.aligned is None else jnp.asarray(dataset.aligned),
-      num_priority=0 if dataset.priority is None else int(np.sum(dataset.priority)))
+      num_priority=0 if dataset.priority is None else int(np.sum(dataset.priority)),
+      client_test=None if dataset.client_test is None else client_test_table(dataset.client_test))
   return task if optimum is None else with_optimum(task, optimum)
 
 

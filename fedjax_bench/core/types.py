@@ -18,6 +18,9 @@ class FederatedAlgorithm(NamedTuple):
                   tuple[ServerState, ClientStates, Metrics]]
   # The parameters that evaluation scores; None means `server_state.params`.
   eval_params: Optional[Callable[[ServerState, ClientStates], Params]] = None
+  # Personalized algorithms: every client's own model ([num_clients, ...] leaves, this
+  # device's rows of the client states), scored on each client's own test data.
+  personal_params: Optional[Callable[[ServerState, ClientStates], Params]] = None
 
 
 def params_to_evaluate(alg: FederatedAlgorithm, server, clients) -> Params:

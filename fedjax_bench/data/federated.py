@@ -87,6 +87,9 @@ class Dataset:
   # the free clients a diagnostic calls aligned with them (data/priority.py). None: no roles.
   priority: np.ndarray | None = None
   aligned: np.ndarray | None = None
+  # Each client's own test data (data/holdout.py, --holdout_fraction), laid out as train;
+  # None: the dataset has only the central test set.
+  client_test: "FederatedData | None" = None
 
   @property
   def normalize(self) -> tuple[tuple[float, ...], tuple[float, ...]] | None:

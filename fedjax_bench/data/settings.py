@@ -3,7 +3,9 @@
 from fedjax_bench.data import DATASETS, PARTITIONS, QUADRATIC_VARIANTS
 from fedjax_bench.data.pfl_synthetic import NOISES
 from fedjax_bench.data.priority import TEST_MIXES
-from fedjax_bench.settings import NON_NEGATIVE, POSITIVE, section, setting
+from fedjax_bench.settings import NON_NEGATIVE, POSITIVE, Check, section, setting
+
+HOLDOUT = Check(lambda v: 0 <= v < 1, "must be in [0, 1)")
 
 
 @section("data and partition")
@@ -54,6 +56,13 @@ class DataSettings:
                               "medium, high).", check=POSITIVE)
   random_skew: float = setting(1.5, "synth_pfl paper_skew: irrelevant data skew.",
                                check=POSITIVE)
+  holdout_fraction: float = setting(0.0, "Hold out this fraction of each client's examples "
+                                    "(seeded by --partition_seed) as its own test data; "
+                                    "evaluation then reports the accuracy over clients "
+                                    "(client_test_accuracy: mean, std, worst and best 10%) "
+                                    "and, for personalized algorithms (ditto), of each "
+                                    "client's own model (personal_test_accuracy). 0: none.",
+                                    check=HOLDOUT)
   data_dir: str = setting(None, "TFDS data dir (default $TFDS_DATA_DIR, then TFDS's).")
   cache_dir: str = setting(None, "Converted-dataset cache (default $FEDJAX_BENCH_CACHE, then "
                            "~/.cache/fedjax_bench).")
