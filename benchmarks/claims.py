@@ -54,6 +54,9 @@ flags.DEFINE_bool("refresh", False, "With --verify: a committed run made on code
                   "whose rerun gives the same record (every metric to its 7 digits, the same "
                   "divergence) is replaced by the rerun, which carries the current code's "
                   "hashes; a run whose numbers moved is left stale for `PAPER` to remake.")
+flags.DEFINE_string("verify_dir", "", "With --verify: keep the reruns in VERIFY_DIR/PAPER/ "
+                    "instead of a temporary directory; an interrupted verification started "
+                    "again reuses the reruns there that are fresh.")
 flags.DEFINE_string("results_dir", os.path.join(os.path.dirname(HERE), "results"),
                     "Where results/PAPER/ lives.")
 FLAGS = flags.FLAGS
@@ -166,26 +169,31 @@ def verify(p, root: str, claim_id: str, refresh: bool = False) -> int:
   """Reruns the claims' runs aside and compares each verdict with the committed one;
   with ``refresh``, stale committed runs whose rerun has the same numbers take it."""
   import tempfile
-  import time
 
   import numpy as np
   _known_claim(p, claim_id)
   runs = p.claim_runs(claim_id or None)
   committed = records_of(p, root)
-  start = time.perf_counter()
   with tempfile.TemporaryDirectory() as tmp:
+    aside = os.path.join(FLAGS.verify_dir, p.name) if FLAGS.verify_dir else tmp
     rerun = {}
     for i, r in enumerate(runs):
+      kept = store.load(aside, r)
+      if kept is not None and store.status(kept, r) == "fresh":
+        print(f"[{i + 1}/{len(runs)}] {p.name} {r.name}: rerun already in {aside}", flush=True)
+        rerun[r.name] = kept
+        continue
       print(f"[{i + 1}/{len(runs)}] {p.name} {r.name}", flush=True)
-      rerun[r.name] = store.execute(tmp, r)
-  seconds = time.perf_counter() - start
-  run_rows, claim_rows = [], []
+      rerun[r.name] = store.execute(aside, r)
+  seconds = sum(rec["seconds"] for rec in rerun.values())
+  run_rows, claim_rows, refreshed = [], [], []
   runs_dir = os.path.join(p.directory(root), "runs")
   for r in runs:
     gap = None
     if refresh and r.name in committed and _same_numbers(rerun[r.name], committed[r.name]):
       if store.status(committed[r.name], r) != "fresh":
         results.atomic_write_json(store.path(runs_dir, r), rerun[r.name])
+        refreshed.append(r.name)
         print(f"  {r.name}: the same numbers on the current code; refreshed")
     if r.name in committed:
       gap = max(float(np.nanmax(np.abs(np.asarray(rerun[r.name]["metrics"][m], np.float64)
@@ -207,7 +215,7 @@ def verify(p, root: str, claim_id: str, refresh: bool = False) -> int:
   if not claim_id:
     path = os.path.join(p.directory(root), "VERIFY.md")
     results.atomic_write_text(path, paper_lib.verification_report(
-        p.name, run_rows, claim_rows, seconds, next(iter(rerun.values()), {})))
+        p.name, run_rows, claim_rows, seconds, next(iter(rerun.values()), {}), refreshed))
     print(f"wrote {path}")
   return 0 if all(row[3] for row in claim_rows) else 1
 

@@ -362,3 +362,15 @@ def test_verify_refresh_replaces_a_stale_run_only_when_its_numbers_come_out_agai
   by_name = {r.name: r for r in papers.PAPERS["fedawe"].runs}
   fresh = [store.status(json.loads(path.read_text()), by_name[path.stem]) for path in paths]
   assert fresh[0] == "fresh" and fresh[1].startswith("code changed"), fresh
+
+
+def test_verify_dir_keeps_the_reruns_and_a_second_verification_reuses_them(tmp_path):
+  shutil.copytree(os.path.join(ROOT, "results", "fedawe"), tmp_path / "fedawe")
+  args = ("fedawe", "--verify", "--claim=S-paper-phi", f"--results_dir={tmp_path}",
+          f"--verify_dir={tmp_path / 'aside'}")
+  first = claims_cli(*args)
+  assert first.returncode == 0, first.stdout + first.stderr
+  assert sorted(p.name for p in (tmp_path / "aside" / "fedawe").glob("*.json")) == [
+      "toyfl_paper_sine_fedavg.json", "toyfl_paper_sine_fedawe.json"]
+  second = claims_cli(*args)
+  assert second.returncode == 0 and second.stdout.count("rerun already in") == 2, second.stdout

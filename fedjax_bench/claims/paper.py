@@ -197,8 +197,9 @@ def _on_time_grid(rec: dict, clock: str, pick, curve, points: int = 200):
   return grid, np.where(bad, np.nan, curve[idx, seeds])
 
 
-def verification_report(name, run_rows, claim_rows, seconds, record) -> str:
-  """results/PAPER/VERIFY.md: the last whole-paper `--verify`, its time and verdicts."""
+def verification_report(name, run_rows, claim_rows, seconds, record, refreshed=()) -> str:
+  """results/PAPER/VERIFY.md: the last whole-paper `--verify`, its time and verdicts;
+  ``refreshed``: the stale committed runs that `--refresh` replaced by their reruns."""
   differ = [row for row in claim_rows if not row[3]]
   env = record.get("environment", {})
   lines = [
@@ -207,8 +208,12 @@ def verification_report(name, run_rows, claim_rows, seconds, record) -> str:
       f"`python benchmarks/claims.py --verify {name}` reran the {len(run_rows)} runs of "
       f"the report aside, on commit {record.get('commit') or '(unknown)'} "
       f"(jax {env.get('jax', '?')}, {env.get('platform', '?')}, "
-      f"{env.get('devices', '?')} devices), in {seconds / 60:.1f} minutes.",
+      f"{env.get('devices', '?')} devices), in {seconds / 60:.1f} minutes of run time (the "
+      f"runs' own times, summed).",
       "",
+      *([f"With `--refresh`, {len(refreshed)} committed runs made on code changed since came "
+         "out with the same numbers and took their rerun's record (the current code's "
+         "hashes).", ""] if refreshed else []),
       f"**{len(claim_rows) - len(differ)} of {len(claim_rows)} verdicts the same as the "
       f"committed runs' ones**" + ("." if not differ else ": differing "
                                    + ", ".join(row[0] for row in differ) + "."),
