@@ -47,16 +47,19 @@ def build(task, world, hp: Hparams) -> FederatedAlgorithm:
     g_k = cohort_lib.gather(grads, c)
     start = local_terms.pair_start(theta, jax.tree.map(jnp.negative, g_k))
     loss_fn = local_terms.corrected(local_terms.proximal(task.loss, theta, alpha))
-    deltas, losses = rounds.train(task, world, hp, start, c, key, server.round,
-                                  per_client_start=True, loss_fn=loss_fn)
-    d = deltas[0]  # theta_k^t - theta^{t-1}
     valid = c.valid.astype(jnp.float32)
+    # The streamed sum of the theta_k^t - theta^{t-1} (FedAvg's, so alpha = 0 is FedAvg bit
+    # for bit) and each client's own, kept for its g_k.
+    total, losses, d = rounds.train(task, world, hp, start, c, key, server.round,
+                                    per_client_start=True, loss_fn=loss_fn,
+                                    sum_weights=valid, keep=lambda i, dk: dk[0])
+    total = total[0]
     grads = cohort_lib.scatter(grads, c, jax.tree.map(lambda g, dk: g - alpha * dk, g_k, d))
-    mean = aggregate.weighted_mean(d, valid)
+    mean = aggregate.mean_of_sum(total, valid)
     if static_zero:
       step = mean
     else:
-      h = jax.tree.map(lambda a, s: a - alpha * s, h, aggregate.scaled_sum(d, valid, m))
+      h = jax.tree.map(lambda a, s: a - alpha * s, h, aggregate.divided(total, m))
       inv = jnp.where(alpha > 0, 1.0 / jnp.where(alpha > 0, alpha, 1.0), 0.0)
       step = jax.tree.map(lambda a, b: a - inv * b, mean, h)
     server = rounds.apply_update(sopt, server, step, world_state, skip=~jnp.any(c.valid),

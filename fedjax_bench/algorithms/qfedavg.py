@@ -31,22 +31,31 @@ def build(task, world, hp: Hparams) -> FederatedAlgorithm:
   hp = coerce(Hparams, hp)
   sopt = hp.optimizer()
   q = hp.qffl_q
+  static_zero = isinstance(q, (int, float)) and not q
 
   def round_fn(server, clients, key):
     mask, c, world_state = rounds.observe(world, server, key)
     f, _ = client_scores.of_clients(task, server.params, c.ids)  # F_k(w^t) [cap]
-    deltas, losses = rounds.train(task, world, hp, server.params, c, key, server.round)
-    lip = 1.0 / schedules.client_lr(hp, server.round)
-    dw = jax.tree.map(lambda d: -lip * d, deltas)  # L (w^t - wbar_k)
-    sq = sum(jnp.sum(a.reshape(a.shape[0], -1) ** 2, axis=1) for a in jax.tree.leaves(dw))
-    fq = f ** q
-    slope = jnp.where(q > 0, q * f ** jnp.where(q > 0, q - 1.0, 0.0), 0.0)
     valid = c.valid.astype(jnp.float32)
-    h = jnp.sum(valid * (slope * sq + lip * fq))
+    fq = f ** q
     weights = valid * fq
-    total = aggregate.weighted_sum(dw, weights)
-    scale = jnp.where(h > 0, 1.0 / jnp.where(h > 0, h, 1.0), 0.0)
-    step = jax.tree.map(lambda s: -scale * s, total)
+    # The streamed sum_k F_k^q (wbar_k - w^t), and each client's ||wbar_k - w^t||^2.
+    total, losses, sq = rounds.train(
+        task, world, hp, server.params, c, key, server.round, sum_weights=weights,
+        keep=lambda i, d: sum(jnp.sum(jnp.square(a)) for a in jax.tree.leaves(d)))
+    lip = 1.0 / schedules.client_lr(hp, server.round)
+    slope = jnp.where(q > 0, q * f ** jnp.where(q > 0, q - 1.0, 0.0), 0.0)
+    # sum_k h_k, with ||Delta w_k||^2 = L^2 ||wbar_k - w^t||^2.
+    h = lip * jnp.sum(weights) + jnp.sum(valid * slope * lip ** 2 * sq)
+    # w^t - sum_k Delta_k / sum_k h_k = w^t + L total / h: the weighted mean times
+    # L sum_k F_k^q / h, which is 1 at q = 0 (h_k = L): a constant q = 0 takes FedAvg's
+    # step itself, bit for bit.
+    mean = aggregate.mean_of_sum(total, weights)
+    if static_zero:
+      step = mean
+    else:
+      ratio = jnp.where(h > 0, lip * jnp.sum(weights) / jnp.where(h > 0, h, 1.0), 0.0)
+      step = jax.tree.map(lambda s: ratio * s, mean)
     server = rounds.apply_update(sopt, server, step, world_state,
                                  skip=~jnp.any(c.valid))
     return server, clients, {**rounds.metrics(mask, c, losses),

@@ -49,11 +49,13 @@ def build(task, world, hp: Hparams) -> FederatedAlgorithm:
     x, c = server.params, server.aux
     c_i = cohort_lib.gather(c_clients, s)
     start = local_terms.pair_start(x, jax.tree.map(lambda g, ci: g - ci, c, c_i))
-    deltas, losses = rounds.train(task, world, hp, start, s, key, server.round,
-                                  per_client_start=True,
-                                  loss_fn=local_terms.corrected(task.loss))
-    dy = deltas[0]
     valid = s.valid.astype(jnp.float32)
+    # FedAvg's streamed sum of the y_i - x (so that zero control variates are FedAvg bit for
+    # bit), and each client's y_i - x kept for its c_i+.
+    total, losses, dy = rounds.train(task, world, hp, start, s, key, server.round,
+                                     per_client_start=True,
+                                     loss_fn=local_terms.corrected(task.loss),
+                                     sum_weights=valid, keep=lambda i, d: d[0])
     if hold_zero:
       c_plus = c_i
     else:
@@ -63,7 +65,7 @@ def build(task, world, hp: Hparams) -> FederatedAlgorithm:
           lambda ci, g, d: ci - g - d / k_eta.reshape((-1,) + (1,) * (d.ndim - 1)),
           c_i, c, dy)
     dc = jax.tree.map(jnp.subtract, c_plus, c_i)
-    dx = aggregate.weighted_mean(dy, valid)
+    dx = aggregate.mean_of_sum(total[0], valid)
     c = jax.tree.map(jnp.add, c, aggregate.scaled_sum(dc, valid, n))
     server = rounds.apply_update(sopt, server, dx, world_state, skip=~jnp.any(s.valid), aux=c)
     return server, cohort_lib.scatter(c_clients, s, c_plus), rounds.metrics(mask, s, losses)

@@ -182,7 +182,8 @@ def train_cohort(task, world, params, ids, key, *, opt: optax.GradientTransforma
                  loss_scale: Optional[jax.Array] = None,
                  sum_weights: Optional[jax.Array] = None,
                  valid: Optional[jax.Array] = None,
-                 transform: Optional[Callable] = None):
+                 transform: Optional[Callable] = None,
+                 keep: Optional[Callable] = None):
   """Local training of the cohort ``ids``, each client with its own key and its world
   step budget: (deltas x_i - start_i [cap, ...], mean losses [cap]).
 
@@ -198,7 +199,10 @@ def train_cohort(task, world, params, ids, key, *, opt: optax.GradientTransforma
   ``valid`` ([cap] bool, optional) marks the slab's real rows: the padding rows are not
   trained, their deltas and losses are zeros and they add nothing to the sum.
   ``transform(i, delta) -> delta`` (optional) changes client i's delta before anything
-  sums it (DP-FedAvg's clipping). The
+  sums it (DP-FedAvg's clipping). ``keep(i, delta) -> tree`` (optional) is a per-client
+  value of client i's delta (before ``transform``), returned stacked [cap, ...] as a third
+  result (zeros for padding rows): what an algorithm needs of each client beside the
+  streamed sum (SCAFFOLD's control variates, q-FFL's ||Delta w_k||^2). The
   clients train in decreasing order of their step budgets (`client_map.map_clients`'s
   ``work``), so a chunk of vmapped clients runs about its own clients' steps; the
   results come back in cohort order.
@@ -228,7 +232,10 @@ def train_cohort(task, world, params, ids, key, *, opt: optax.GradientTransforma
                       max_count=task.max_count, gather_limit=GATHER_BUDGET // at_once,
                       positions=drawn or None)
     delta = jax.tree.map(jnp.subtract, new, start)
-    return (delta if transform is None else transform(i, delta)), loss
+    kept = None if keep is None else keep(i, delta)
+    if transform is not None:
+      delta = transform(i, delta)
+    return delta, (loss if keep is None else (loss, kept))
 
   if per_client_start:
     fn, args = one, (ids, client_keys, params)
@@ -238,6 +245,11 @@ def train_cohort(task, world, params, ids, key, *, opt: optax.GradientTransforma
   if valid is not None:
     work = jnp.where(valid, work, 0)
   if sum_weights is None:
-    return client_map.map_clients(fn, *args, width=width, work=work, prepare=prepare)
-  return client_map.map_clients_sum(fn, sum_weights, *args, width=width, work=work,
-                                    prepare=prepare)
+    out = client_map.map_clients(fn, *args, width=width, work=work, prepare=prepare)
+  else:
+    out = client_map.map_clients_sum(fn, sum_weights, *args, width=width, work=work,
+                                     prepare=prepare)
+  if keep is None:
+    return out
+  total, (losses, kept) = out
+  return total, losses, kept

@@ -60,16 +60,16 @@ def observe(world, server: ServerState, key) -> tuple[jax.Array | None, Cohort, 
 
 
 def train(task, world, hp: Synchronous, start, c: Cohort, key, t, *, per_client_start=False,
-          loss_fn=None, sum_weights=None, transform=None):
+          loss_fn=None, sum_weights=None, transform=None, keep=None):
   """Local SGD of cohort ``c`` at round t's client learning rate: (deltas, losses), or
-  with ``sum_weights`` (sum_i w_i delta_i, losses) (`local.train_cohort`, as its
-  ``transform``)."""
+  with ``sum_weights`` (sum_i w_i delta_i, losses), and with ``keep`` a third result
+  (`local.train_cohort`, as its ``transform`` and ``keep``)."""
   hp = coerce(Synchronous, hp)
   return local.train_cohort(
       task, world, start, c.ids, key, opt=optax.sgd(schedules.client_lr(hp, t)),
       batch_size=hp.batch_size, sampling=hp.sampling, width=hp.client_width, loss_fn=loss_fn,
       per_client_start=per_client_start, sum_weights=sum_weights, valid=c.valid,
-      transform=transform)
+      transform=transform, keep=keep)
 
 
 def apply_update(sopt: optax.GradientTransformation, server: ServerState, delta, world_state,
