@@ -29,7 +29,7 @@ def norm(value):
   return tuple(str(v) for v in value) if isinstance(value, (list, tuple)) else value
 
 NEW = ("tensorboard", "compile_cache", "checkpoint_max_share", "local_optimum",
-       "local_optimum_steps")  # settings added since the configurations were recorded
+       "local_optimum_steps", "holdout_fraction")  # settings added since they were recorded
 
 def compare(key, cfg, grid, exp):
   old = before["combinations"].get(key)
