@@ -4,11 +4,12 @@
   python benchmarks/claims.py --list [PAPER ...]  # each claim's verdict, each run's state
   python benchmarks/claims.py PAPER [--claim=ID] [--force]
       # makes PAPER's missing and stale runs (or claim ID's), then writes its REPORT.md
-  python benchmarks/claims.py --verify [PAPER ...] [--claim=ID] [--refresh]
+  python benchmarks/claims.py --verify [PAPER ...] [--claim=ID] [--refresh | --remake]
       # reruns them aside; fails if a verdict differs from the committed runs' one; a
       # whole paper's verification is written to results/PAPER/VERIFY.md (the slow tier:
       # every paper, hours on 2 cores); --refresh: a stale run whose rerun gives the
-      # same numbers takes the rerun's record (the current code's hashes)
+      # same numbers takes the rerun's record (the current code's hashes); --remake:
+      # every stale run takes its rerun's record and the report is regenerated
 
 A paper is declared in benchmarks/papers/PAPER.py: its runs (settings, seeds) and its
 claims (the paper's statement and number, the test that gives the verdict). Runs are
@@ -54,6 +55,11 @@ flags.DEFINE_bool("refresh", False, "With --verify: a committed run made on code
                   "whose rerun gives the same record (every metric to its 7 digits, the same "
                   "divergence) is replaced by the rerun, which carries the current code's "
                   "hashes; a run whose numbers moved is left stale for `PAPER` to remake.")
+flags.DEFINE_bool("remake", False, "With --verify: every committed run made on "
+                  "code changed since (or missing) takes its rerun's record whatever its "
+                  "numbers, and the report is regenerated; VERIFY.md lists the verdicts of the "
+                  "runs committed before and of the reruns, so a change of code that moved "
+                  "numbers is verified and remade in one pass.")
 flags.DEFINE_string("verify_dir", "", "With --verify: keep the reruns in VERIFY_DIR/PAPER/ "
                     "instead of a temporary directory; an interrupted verification started "
                     "again reuses the reruns there that are fresh.")
@@ -143,6 +149,18 @@ def make(p, root: str, claim_id: str, force: bool) -> int:
   for i, r in enumerate(todo):
     print(f"[{i + 1}/{len(todo)}] {r.name}", flush=True)
     store.execute(p.runs_dir(root), r)
+  records = write_report(p, root)
+  for c in p.claims:
+    if claim_id in ("", c.id) and all(n in records for n in
+                                      (c.test.runs() if c.test is not None else ())):
+      o = c.outcome(records)
+      print(f"  {c.id:<14} {o.verdict:<15} {o.ours} {o.interval}")
+  return 0
+
+
+def write_report(p, root: str) -> dict:
+  """Writes the paper's REPORT.md and figures from its committed runs when all are fresh;
+  returns the records."""
   records = records_of(p, root)
   stale = {n: s for n, s in states(p, records).items() if s != "fresh"}
   if stale:  # only with --claim: the others' runs were not made
@@ -152,12 +170,7 @@ def make(p, root: str, claim_id: str, force: bool) -> int:
     results.atomic_write_text(report_path(p, root), paper_lib.render(p, records))
     paper_lib.plot(p, records, root)
     print(f"wrote {report_path(p, root)}")
-  for c in p.claims:
-    if claim_id in ("", c.id) and all(n in records for n in
-                                      (c.test.runs() if c.test is not None else ())):
-      o = c.outcome(records)
-      print(f"  {c.id:<14} {o.verdict:<15} {o.ours} {o.interval}")
-  return 0
+  return records
 
 
 def _same_numbers(new: dict, old: dict) -> bool:
@@ -165,9 +178,11 @@ def _same_numbers(new: dict, old: dict) -> bool:
   return all(new[k] == old.get(k) for k in ("key", "grid", "rounds", "metrics", "diverged"))
 
 
-def verify(p, root: str, claim_id: str, refresh: bool = False) -> int:
+def verify(p, root: str, claim_id: str, refresh: bool = False, remake: bool = False) -> int:
   """Reruns the claims' runs aside and compares each verdict with the committed one;
-  with ``refresh``, stale committed runs whose rerun has the same numbers take it."""
+  with ``refresh``, stale committed runs whose rerun has the same numbers take it; with
+  ``remake``, every stale or missing committed run takes its rerun and the report is
+  regenerated."""
   import tempfile
 
   import numpy as np
@@ -186,15 +201,20 @@ def verify(p, root: str, claim_id: str, refresh: bool = False) -> int:
       print(f"[{i + 1}/{len(runs)}] {p.name} {r.name}", flush=True)
       rerun[r.name] = store.execute(aside, r)
   seconds = sum(rec["seconds"] for rec in rerun.values())
-  run_rows, claim_rows, refreshed = [], [], []
+  run_rows, claim_rows, refreshed, remade = [], [], [], []
   runs_dir = os.path.join(p.directory(root), "runs")
   for r in runs:
     gap = None
-    if refresh and r.name in committed and _same_numbers(rerun[r.name], committed[r.name]):
-      if store.status(committed[r.name], r) != "fresh":
+    old = committed.get(r.name)
+    if old is None or store.status(old, r) != "fresh":
+      if old is not None and (refresh or remake) and _same_numbers(rerun[r.name], old):
         results.atomic_write_json(store.path(runs_dir, r), rerun[r.name])
         refreshed.append(r.name)
         print(f"  {r.name}: the same numbers on the current code; refreshed")
+      elif remake:
+        results.atomic_write_json(store.path(runs_dir, r), rerun[r.name])
+        remade.append(r.name)
+        print(f"  {r.name}: remade from its rerun")
     if r.name in committed:
       gap = max(float(np.nanmax(np.abs(np.asarray(rerun[r.name]["metrics"][m], np.float64)
                                        - np.asarray(committed[r.name]["metrics"][m], np.float64)),
@@ -215,8 +235,11 @@ def verify(p, root: str, claim_id: str, refresh: bool = False) -> int:
   if not claim_id:
     path = os.path.join(p.directory(root), "VERIFY.md")
     results.atomic_write_text(path, paper_lib.verification_report(
-        p.name, run_rows, claim_rows, seconds, next(iter(rerun.values()), {}), refreshed))
+        p.name, run_rows, claim_rows, seconds, next(iter(rerun.values()), {}), refreshed,
+        remade))
     print(f"wrote {path}")
+  if remade:
+    write_report(p, root)
   return 0 if all(row[3] for row in claim_rows) else 1
 
 
@@ -234,12 +257,12 @@ def main(argv) -> int:
   if FLAGS.list:
     return listing(chosen(names), root)
   if FLAGS.verify and not FLAGS.claim:
-    return max(verify(p, root, "", FLAGS.refresh) for p in chosen(names))
+    return max(verify(p, root, "", FLAGS.refresh, FLAGS.remake) for p in chosen(names))
   if len(names) != 1:
     raise UsageError("name one paper to run (valid: " + ", ".join(papers.PAPERS)
                      + "), or pass --check, --list or --verify")
   if FLAGS.verify:
-    return verify(chosen(names)[0], root, FLAGS.claim, FLAGS.refresh)
+    return verify(chosen(names)[0], root, FLAGS.claim, FLAGS.refresh, FLAGS.remake)
   return make(chosen(names)[0], root, FLAGS.claim, FLAGS.force)
 
 

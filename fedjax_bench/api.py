@@ -252,7 +252,7 @@ _NOT_IN_FINGERPRINT = ("output_dir", "name", "resume", "check_only", "checkpoint
 # behaviour from before they existed): at that default they are left out of the
 # fingerprint, so a run made before keeps its key (`claims.store.config_key`). Their
 # defaults must stay "off".
-_OMITTED_AT_DEFAULT = ("holdout_fraction",)
+_OMITTED_AT_DEFAULT = ("holdout_fraction", "lstm_hidden", "min_samples", "test_examples")
 
 
 def run_fingerprint(cfg: Config, seeds: list[int], grid: list[dict]) -> dict:

@@ -374,3 +374,30 @@ def test_verify_dir_keeps_the_reruns_and_a_second_verification_reuses_them(tmp_p
       "toyfl_paper_sine_fedavg.json", "toyfl_paper_sine_fedawe.json"]
   second = claims_cli(*args)
   assert second.returncode == 0 and second.stdout.count("rerun already in") == 2, second.stdout
+
+
+def test_verify_remake_adopts_every_stale_rerun_and_regenerates_the_report(tmp_path):
+  # Both runs of the claim made "on other code"; the FedAvg run was also edited (its
+  # committed verdict is then wrong). --remake gives both their reruns' records, fresh,
+  # and the report written from them is the committed one again.
+  import json
+
+  shutil.copytree(os.path.join(ROOT, "results", "fedawe"), tmp_path / "fedawe")
+  runs_dir = tmp_path / "fedawe" / "runs"
+  paths = [runs_dir / f"toyfl_paper_sine_{a}.json" for a in ("fedawe", "fedavg")]
+  for i, path in enumerate(paths):
+    rec = json.loads(path.read_text())
+    key = next(k for k in rec["code"] if k.endswith(":run"))
+    rec["code"][key] = "0" * 8
+    if i == 1:
+      rec["metrics"]["test_accuracy"] = np.zeros_like(rec["metrics"]["test_accuracy"]).tolist()
+    path.write_text(json.dumps(rec))
+  (tmp_path / "fedawe" / "REPORT.md").write_text("stale\n")
+  p = claims_cli("fedawe", "--verify", "--remake", "--claim=S-paper-phi",
+                 f"--results_dir={tmp_path}")
+  assert "toyfl_paper_sine_fedavg: remade from its rerun" in p.stdout, p.stdout + p.stderr
+  assert "S-paper-phi    DIFFERS: committed reproduced" in p.stdout  # the edit's verdict
+  check = claims_cli("--check", "--strict", "fedawe", f"--results_dir={tmp_path}")
+  assert check.returncode == 0, check.stdout + check.stderr
+  assert (tmp_path / "fedawe" / "REPORT.md").read_text() == open(
+      os.path.join(ROOT, "results", "fedawe", "REPORT.md")).read()

@@ -197,9 +197,11 @@ def _on_time_grid(rec: dict, clock: str, pick, curve, points: int = 200):
   return grid, np.where(bad, np.nan, curve[idx, seeds])
 
 
-def verification_report(name, run_rows, claim_rows, seconds, record, refreshed=()) -> str:
+def verification_report(name, run_rows, claim_rows, seconds, record, refreshed=(),
+                        remade=()) -> str:
   """results/PAPER/VERIFY.md: the last whole-paper `--verify`, its time and verdicts;
-  ``refreshed``: the stale committed runs that `--refresh` replaced by their reruns."""
+  ``refreshed``: the stale committed runs that `--refresh` replaced by their reruns (the
+  same numbers); ``remade``: those `--remake` replaced whatever their numbers."""
   differ = [row for row in claim_rows if not row[3]]
   env = record.get("environment", {})
   lines = [
@@ -214,6 +216,10 @@ def verification_report(name, run_rows, claim_rows, seconds, record, refreshed=(
       *([f"With `--refresh`, {len(refreshed)} committed runs made on code changed since came "
          "out with the same numbers and took their rerun's record (the current code's "
          "hashes).", ""] if refreshed else []),
+      *([f"With `--remake`, {len(remade)} committed runs made on code changed since (or not "
+         "made) took their rerun's record whatever its numbers (the largest differences are "
+         "below), and the report was regenerated from them; the verdicts below compare the "
+         "runs committed before with the reruns.", ""] if remade else []),
       f"**{len(claim_rows) - len(differ)} of {len(claim_rows)} verdicts the same as the "
       f"committed runs' ones**" + ("." if not differ else ": differing "
                                    + ", ".join(row[0] for row in differ) + "."),

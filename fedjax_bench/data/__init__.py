@@ -20,7 +20,7 @@ import os
 
 import numpy as np
 
-from fedjax_bench.data import per_seed
+from fedjax_bench.data import natural, per_seed
 from fedjax_bench.data.federated import Dataset, FederatedData
 from fedjax_bench.data.partition import PARTITIONS
 from fedjax_bench.data.pfl_synthetic import gaussmix_shards, synth_pfl
@@ -34,7 +34,7 @@ from fedjax_bench.data.toyfl import gaussian_mixture
 from fedjax_bench.errors import UsageError
 
 DATASETS = ("synthetic", "mnist", "fmnist", "emnist", "toyfl", "svhn", "cifar10", "cinic10",
-            "quadratic", "gaussmix_shards", "synth_pfl")
+            "quadratic", "gaussmix_shards", "synth_pfl") + tuple(natural.LOADERS)
 _SYNTHETIC_PARTITIONS = ("natural", "iid")
 DEFAULT_PARTITION = {"synthetic": "natural", "toyfl": "dirichlet",
                      "quadratic": "natural", "gaussmix_shards": "natural",
@@ -51,7 +51,7 @@ def load(name: str, *, num_clients: int, partition: str | None = None,
          toyfl_num_train: int = 20000, toyfl_num_test: int = 5000,
          quadratic_variant: str = "heterogeneous", shard_size: int = 0,
          pool_size: int = 10000, num_shards: int = 0, num_priority: int = 0,
-         pfl: dict | None = None) -> Dataset:
+         pfl: dict | None = None, settings=None) -> Dataset:
   """Loads dataset ``name`` split over ``num_clients`` clients.
 
   ``partition=None`` takes the dataset's default (``DEFAULT_PARTITION``, else iid).
@@ -62,7 +62,13 @@ def load(name: str, *, num_clients: int, partition: str | None = None,
   ``gaussmix_shards`` (shards of ``shard_size``, default 10) and ``synth_pfl`` (``pfl``
   holds synth_pfl's keyword arguments: noise, num_aligned, label_skew, ...).
   ``data_dir``, when given, must exist, even when the cache holds the dataset.
+  Datasets with their own clients (``natural.LOADERS``: shakespeare, leaf_json, tff_h5)
+  read what else they need from ``settings`` (the run's DataSettings; None: defaults).
   """
+  if name in natural.LOADERS:
+    return natural.load(name, num_clients=num_clients, partition=partition or "natural",
+                        partition_seed=partition_seed, data_dir=data_dir, cache_dir=cache_dir,
+                        settings=settings)
   if data_dir and not os.path.isdir(data_dir):
     raise UsageError(f"--data_dir={data_dir} is not a directory; give an existing TFDS data "
                      "dir, or leave it out to use $TFDS_DATA_DIR, then TFDS's default")

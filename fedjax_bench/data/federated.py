@@ -6,8 +6,19 @@ import numpy as np
 
 
 def _feature_dtype(x: np.ndarray):
-  """uint8 pixels stay uint8 (4x less memory and gather traffic); the rest is float32."""
-  return np.uint8 if np.asarray(x).dtype == np.uint8 else np.float32
+  """uint8 pixels stay uint8 (4x less memory and gather traffic), signed integers are token
+  ids and stay as they are (`is_tokens`); the rest is float32."""
+  dtype = np.asarray(x).dtype
+  if dtype == np.uint8 or np.issubdtype(dtype, np.signedinteger):
+    return dtype
+  return np.float32
+
+
+def is_tokens(x) -> bool:
+  """Whether examples ``x`` are token ids (signed integers: text for a sequence model);
+  uint8 is pixels, floats are features."""
+  dtype = x.dtype if hasattr(x, "dtype") else np.asarray(x).dtype
+  return np.issubdtype(dtype, np.signedinteger)
 
 
 def pixels_to_float(x):
@@ -29,7 +40,8 @@ def _label_dtype(y: np.ndarray):
 @dataclasses.dataclass(frozen=True)
 class FederatedData:
   """Client i owns examples ``x[offsets[i] : offsets[i] + counts[i]]`` (ragged, no padding)."""
-  x: np.ndarray        # [N, *feature_shape] float32, or uint8 pixels (see pixels_to_float)
+  x: np.ndarray        # [N, *feature_shape] float32, uint8 pixels (see pixels_to_float)
+                       # or signed-integer token ids (is_tokens)
   y: np.ndarray        # [N] int32 labels (float32 for regression)
   offsets: np.ndarray  # [num_clients] int32
   counts: np.ndarray   # [num_clients] int32
@@ -90,6 +102,8 @@ class Dataset:
   # Each client's own test data (data/holdout.py, --holdout_fraction), laid out as train;
   # None: the dataset has only the central test set.
   client_test: "FederatedData | None" = None
+  # Token data (`is_tokens`): the ids are in [0, vocab_size); 0 for other data.
+  vocab_size: int = 0
 
   @property
   def normalize(self) -> tuple[tuple[float, ...], tuple[float, ...]] | None:

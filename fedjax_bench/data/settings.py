@@ -1,6 +1,6 @@
 """The data and partition settings (`fedjax_bench.settings`)."""
 
-from fedjax_bench.data import DATASETS, PARTITIONS, QUADRATIC_VARIANTS
+from fedjax_bench.data import DATASETS, PARTITIONS, QUADRATIC_VARIANTS, natural
 from fedjax_bench.data.pfl_synthetic import NOISES
 from fedjax_bench.data.priority import TEST_MIXES
 from fedjax_bench.settings import NON_NEGATIVE, POSITIVE, Check, section, setting
@@ -63,7 +63,16 @@ class DataSettings:
                                     "and, for personalized algorithms (ditto), of each "
                                     "client's own model (personal_test_accuracy). 0: none.",
                                     check=HOLDOUT)
-  data_dir: str = setting(None, "TFDS data dir (default $TFDS_DATA_DIR, then TFDS's).")
+  min_samples: int = setting(1, "Datasets with their own clients (shakespeare, leaf_json, "
+                             "tff_h5): a client with fewer training samples is left out (1: "
+                             "every client that has any).", check=NON_NEGATIVE,
+                             used_if=lambda s: s.dataset in natural.LOADERS)
+  test_examples: int = setting(0, "Datasets with their own clients: score the central test "
+                               "set (the clients' test samples) on a random subset of this "
+                               "many, drawn with --partition_seed (0: all of them).",
+                               check=NON_NEGATIVE, used_if=lambda s: s.dataset in natural.LOADERS)
+  data_dir: str = setting(None, "TFDS data dir (default $TFDS_DATA_DIR, then TFDS's); for "
+                          "leaf_json and tff_h5 the directory of their files.")
   cache_dir: str = setting(None, "Converted-dataset cache (default $FEDJAX_BENCH_CACHE, then "
                            "~/.cache/fedjax_bench).")
 
@@ -76,4 +85,5 @@ class DataSettings:
                 shard_size=self.shard_size, pool_size=self.pool_size, num_shards=self.num_shards,
                 num_priority=self.num_priority,
                 pfl={"noise": self.synth_noise, "num_aligned": self.synth_aligned,
-                     "label_skew": self.label_skew, "random_skew": self.random_skew})
+                     "label_skew": self.label_skew, "random_skew": self.random_skew},
+                settings=self)

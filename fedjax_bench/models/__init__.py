@@ -5,10 +5,15 @@ examples in their feature shape (images as float32 in [0, 1], NHWC). ``train=Tru
 only matters for models with dropout (cnn_cinic10, cnn_mnist), which then need a "dropout" rng.
 ``linear`` is a linear map without bias and with zero initial weights, for least-squares
 toys (``loss_type="squared_error"``, ``num_classes`` = the number of outputs, 1 there).
+Sequence models (``BUILDERS``: char_lstm) read token ids (`data.federated.is_tokens`); their
+modules are imported only when chosen.
 """
+
+import importlib
 
 from flax import linen as nn
 
+from fedjax_bench.data.federated import is_tokens
 from fedjax_bench.errors import UsageError
 from fedjax_bench.models import small_cnn
 from fedjax_bench.models.cnn import CNN
@@ -19,16 +24,34 @@ from fedjax_bench.models.preprocess import as_normalize
 
 MODELS = ("logreg", "mlp", "cnn") + tuple(small_cnn.CONFIGS) + ("cnn_mnist", "linear")
 MODELS += ("paper_cnn", "paper_cnn_literal")  # the FedSoftMax paper's (spec 003 §6.2)
+# Models built by their own module: name -> "module:function", called as
+# function(num_classes=, dataset=, settings=) (settings: the run's ModelSettings or None).
+BUILDERS = {"char_lstm": "fedjax_bench.models.char_lstm:build"}
+MODELS += tuple(BUILDERS)
 _WITH_BIAS_OPTION = ("logreg", "linear")
 
 
 def make(name: str, *, num_classes: int, is_image: bool,
          mlp_hidden: tuple[int, ...] = (200, 200), normalize=None,
-         zero_init: bool = False, bias: bool | None = None) -> nn.Module:
+         zero_init: bool = False, bias: bool | None = None, dataset=None,
+         settings=None) -> nn.Module:
   """``normalize``: optional per-channel (mean, std) the model applies to its input first
   (a dataset's ``normalize``). ``zero_init``: all-zero initial weights, logreg only
   (linear always starts at zero). ``bias``: logreg and linear only; None keeps the
-  model's default (logreg: with bias, linear: without)."""
+  model's default (logreg: with bias, linear: without). ``dataset``, ``settings``: the
+  run's Dataset and ModelSettings, which the models of ``BUILDERS`` read (and which say
+  whether the examples are token ids, which only those models take)."""
+  tokens = dataset is not None and is_tokens(dataset.train.x)
+  if name in BUILDERS:
+    if zero_init or bias is not None or normalize is not None:
+      raise UsageError(f"--model={name} takes no zero init, bias option or input "
+                       "normalization")
+    module, _, function = BUILDERS[name].partition(":")
+    return getattr(importlib.import_module(module), function)(
+        num_classes=num_classes, dataset=dataset, settings=settings)
+  if tokens:
+    raise UsageError(f"--dataset={dataset.name} holds token sequences; its model is one of "
+                     f"{', '.join(BUILDERS)}, not --model={name}")
   norm = _normalize(normalize)
   if zero_init and name not in ("logreg", "linear"):
     raise UsageError(f"zero init applies to --model=logreg only, not {name!r}")

@@ -1,7 +1,7 @@
 """The model and objective settings (`fedjax_bench.settings`)."""
 
 from fedjax_bench import models as models_lib
-from fedjax_bench.settings import NON_NEGATIVE, section, setting
+from fedjax_bench.settings import NON_NEGATIVE, POSITIVE, section, setting
 
 
 @section("model and objective")
@@ -18,9 +18,13 @@ class ModelSettings:
                           "crop; cifar10, cinic10: crop and flip; none for the others).")
   batchwise_augmentation: bool = setting(False, "One crop/flip per minibatch instead of per "
                                          "image (what the FedAWE authors' code does).")
+  lstm_hidden: int = setting(256, "--model=char_lstm: the width of each of its two LSTM layers "
+                             "(LEAF's and FedJAX's 256; smaller for CPU-scale runs).",
+                             check=POSITIVE, used_if=lambda s: s.model == "char_lstm")
 
   def make(self, dataset):
     return models_lib.make(self.model, num_classes=dataset.num_classes, is_image=dataset.is_image,
                        mlp_hidden=self.mlp_hidden, normalize=dataset.normalize,
                        zero_init=self.zero_init,
-                       bias=self.logreg_bias if self.model == "logreg" else None)
+                       bias=self.logreg_bias if self.model == "logreg" else None,
+                       dataset=dataset, settings=self)
