@@ -35,6 +35,12 @@ def device_probe(script, out, devices: int, *args, timeout=300):
   return np.load(out)
 
 
+def one_line(excinfo) -> str:
+  """The message of a raised error (pytest.raises' excinfo), checked to be one line."""
+  assert "\n" not in str(excinfo.value)
+  return str(excinfo.value)
+
+
 def shared_tfds_dir() -> Path | None:
   """The real MNIST in TFDS format: $TFDS_DATA_DIR, else ../shared/tfds beside the repo."""
   for d in (os.environ.get("TFDS_DATA_DIR"), REPO.parent / "shared" / "tfds"):

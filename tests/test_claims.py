@@ -332,13 +332,11 @@ def test_an_x64_run_runs_in_float64_and_is_its_own_configuration(tmp_path):
   assert not np.allclose(rec["metrics"]["optimality_gap"], single, rtol=1e-4, atol=0)
 
 
-def test_verify_refresh_replaces_a_stale_run_only_when_its_numbers_come_out_again(tmp_path):
-  # Both runs of the claim made "on other code" (a recorded hash that no function has);
-  # the FedAWE run reruns to the same numbers and takes the rerun's record, the FedAvg
-  # run, edited, does not and stays stale.
+def _stale_sine_pair(tmp_path):
+  """A copy of FedAWE's results in which both runs of S-paper-phi were made "on other code"
+  (a recorded hash that no function has) and the FedAvg run's accuracy was zeroed; their
+  paths (FedAWE's, FedAvg's)."""
   import json
-
-  from fedjax_bench.claims import store
   shutil.copytree(os.path.join(ROOT, "results", "fedawe"), tmp_path / "fedawe")
   runs_dir = tmp_path / "fedawe" / "runs"
   paths = [runs_dir / f"toyfl_paper_sine_{a}.json" for a in ("fedawe", "fedavg")]
@@ -349,6 +347,16 @@ def test_verify_refresh_replaces_a_stale_run_only_when_its_numbers_come_out_agai
     if i == 1:
       rec["metrics"]["test_accuracy"] = np.zeros_like(rec["metrics"]["test_accuracy"]).tolist()
     path.write_text(json.dumps(rec))
+  return paths
+
+
+def test_verify_refresh_replaces_a_stale_run_only_when_its_numbers_come_out_again(tmp_path):
+  # The FedAWE run reruns to the same numbers and takes the rerun's record, the FedAvg
+  # run, edited, does not and stays stale.
+  import json
+
+  from fedjax_bench.claims import store
+  paths = _stale_sine_pair(tmp_path)
   p = claims_cli("fedawe", "--verify", "--refresh", "--claim=S-paper-phi",
                  f"--results_dir={tmp_path}")
   assert "toyfl_paper_sine_fedawe: the same numbers on the current code; refreshed" in p.stdout
@@ -377,21 +385,9 @@ def test_verify_dir_keeps_the_reruns_and_a_second_verification_reuses_them(tmp_p
 
 
 def test_verify_remake_adopts_every_stale_rerun_and_regenerates_the_report(tmp_path):
-  # Both runs of the claim made "on other code"; the FedAvg run was also edited (its
-  # committed verdict is then wrong). --remake gives both their reruns' records, fresh,
-  # and the report written from them is the committed one again.
-  import json
-
-  shutil.copytree(os.path.join(ROOT, "results", "fedawe"), tmp_path / "fedawe")
-  runs_dir = tmp_path / "fedawe" / "runs"
-  paths = [runs_dir / f"toyfl_paper_sine_{a}.json" for a in ("fedawe", "fedavg")]
-  for i, path in enumerate(paths):
-    rec = json.loads(path.read_text())
-    key = next(k for k in rec["code"] if k.endswith(":run"))
-    rec["code"][key] = "0" * 8
-    if i == 1:
-      rec["metrics"]["test_accuracy"] = np.zeros_like(rec["metrics"]["test_accuracy"]).tolist()
-    path.write_text(json.dumps(rec))
+  # --remake gives both stale runs their reruns' records, fresh (the edited FedAvg run's
+  # committed verdict was wrong), and the report written from them is the committed one.
+  _stale_sine_pair(tmp_path)
   (tmp_path / "fedawe" / "REPORT.md").write_text("stale\n")
   p = claims_cli("fedawe", "--verify", "--remake", "--claim=S-paper-phi",
                  f"--results_dir={tmp_path}")

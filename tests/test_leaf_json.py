@@ -6,6 +6,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from conftest import one_line
+
 from fedjax_bench.data import leaf_json, text
 from fedjax_bench.data.settings import DataSettings
 from fedjax_bench.errors import UsageError
@@ -255,30 +257,25 @@ def test_by_user_split(femnist):
   assert ds.test_y.tolist() == other["f0500_00"][1] + other["f0501_00"][1]
 
 
-def _one_line(excinfo):
-  assert "\n" not in str(excinfo.value)
-  return str(excinfo.value)
-
-
 def test_errors(femnist, tmp_path):
   d, _, _ = femnist
   with pytest.raises(UsageError) as e:
     leaf_json.read(num_clients=2, data_dir=None)
-  assert "needs --data_dir" in _one_line(e) and "preprocess.sh" in str(e.value)
+  assert "needs --data_dir" in one_line(e) and "preprocess.sh" in str(e.value)
   with pytest.raises(UsageError) as e:
     _read(tmp_path / "nowhere", 2)
-  assert "is not a directory" in _one_line(e) and "train/*.json" in str(e.value)
+  assert "is not a directory" in one_line(e) and "train/*.json" in str(e.value)
   (tmp_path / "empty" / "train").mkdir(parents=True)
   with pytest.raises(UsageError) as e:
     _read(tmp_path / "empty", 2)
-  assert "has no train/*.json nor test/*.json" in _one_line(e)
+  assert "has no train/*.json nor test/*.json" in one_line(e)
   assert "TalwalkarLab/leaf" in str(e.value)
   with pytest.raises(UsageError) as e:
     leaf_json.read(num_clients=2, partition="iid", data_dir=str(d))
-  assert "--partition must be natural" in _one_line(e)
+  assert "--partition must be natural" in one_line(e)
   with pytest.raises(UsageError) as e:
     _read(d, 5, min_samples=1)
-  assert "--num_clients=5 is more than there are" in _one_line(e)
+  assert "--num_clients=5 is more than there are" in one_line(e)
   assert "number 4 with at least 1" in str(e.value)
   # LEAF's Synthetic (60 features) is not one of the four kinds
   bad = tmp_path / "synthetic" / "data"
@@ -287,7 +284,7 @@ def test_errors(femnist, tmp_path):
   _write(bad / TEST / "a.json", ["0"], data)
   with pytest.raises(UsageError) as e:
     _read(bad, 1)
-  assert "cannot tell which LEAF dataset" in _one_line(e)
+  assert "cannot tell which LEAF dataset" in one_line(e)
   assert "x: a list of 60, y: int" in str(e.value)
   # a sample of another kind than the first
   mixed = tmp_path / "mixed" / "data"

@@ -4,6 +4,8 @@ import h5py
 import numpy as np
 import pytest
 
+from conftest import one_line
+
 from fedjax_bench.data import text, tff_h5
 from fedjax_bench.data.settings import DataSettings
 from fedjax_bench.errors import UsageError
@@ -161,37 +163,32 @@ def test_cifar100(tmp_path):
   assert _read(tmp_path, 4, test_examples=3).dataset.test_y.shape == (3,)
 
 
-def _one_line(excinfo):
-  assert "\n" not in str(excinfo.value)
-  return str(excinfo.value)
-
-
 def test_errors(emnist, tmp_path):
   d, _, _ = emnist
   with pytest.raises(UsageError) as e:
     tff_h5.read(num_clients=2, data_dir=None)
-  msg = _one_line(e)
+  msg = one_line(e)
   assert "needs --data_dir" in msg and "fed_emnist_train.h5 and fed_emnist_test.h5" in msg
   assert "tff.simulation.datasets.shakespeare.load_data()" in msg
   assert "https://storage.googleapis.com/tff-datasets-public/fed_cifar100.tar.bz2" in msg
   with pytest.raises(UsageError) as e:
     _read(tmp_path / "nowhere", 2)
-  assert "is not a directory" in _one_line(e)
+  assert "is not a directory" in one_line(e)
   empty = tmp_path / "empty"
   empty.mkdir()
   with pytest.raises(UsageError) as e:
     _read(empty, 2)
-  assert "holds none of TFF's pairs" in _one_line(e)
+  assert "holds none of TFF's pairs" in one_line(e)
   _write(empty / "shakespeare_train.h5", {"A": {"snippets": [b"x"]}})
   with pytest.raises(UsageError) as e:
     _read(empty, 1)
-  assert "has shakespeare_train.h5 but not shakespeare_test.h5" in _one_line(e)
+  assert "has shakespeare_train.h5 but not shakespeare_test.h5" in one_line(e)
   with pytest.raises(UsageError) as e:
     tff_h5.read(num_clients=2, partition="dirichlet", data_dir=str(d))
-  assert "--partition must be natural" in _one_line(e)
+  assert "--partition must be natural" in one_line(e)
   with pytest.raises(UsageError) as e:
     _read(d, 5, min_samples=1)
-  assert "--num_clients=5 is more than there are" in _one_line(e)
+  assert "--num_clients=5 is more than there are" in one_line(e)
   assert "number 4 with at least 1" in str(e.value)
   both = tmp_path / "both"
   both.mkdir()
@@ -200,7 +197,7 @@ def test_errors(emnist, tmp_path):
     (both / name).write_bytes((d / name.replace("_digitsonly", "")).read_bytes())
   with pytest.raises(UsageError) as e:
     _read(both, 1)
-  assert "several TFF datasets" in _one_line(e)
+  assert "several TFF datasets" in one_line(e)
   # not TFF's fields, not HDF5
   odd = tmp_path / "odd"
   odd.mkdir()
@@ -209,8 +206,8 @@ def test_errors(emnist, tmp_path):
   _write(odd / "fed_emnist_test.h5", {})
   with pytest.raises(UsageError) as e:
     _read(odd, 1)
-  assert "client 'a' has no dataset 'label' (it has image, labels)" in _one_line(e)
+  assert "client 'a' has no dataset 'label' (it has image, labels)" in one_line(e)
   (odd / "fed_emnist_train.h5").write_text("not hdf5")
   with pytest.raises(UsageError) as e:
     _read(odd, 1)
-  assert "as HDF5" in _one_line(e)
+  assert "as HDF5" in one_line(e)

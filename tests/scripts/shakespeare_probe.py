@@ -1,0 +1,28 @@
+"""A short FedAvg run of the char LSTM on the built Shakespeare, its curves saved (for the
+1-vs-4-device test).
+
+usage: shakespeare_probe.py OUT.npz
+"""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import numpy as np  # noqa: E402
+
+from fedjax_bench import api  # noqa: E402
+
+SETTINGS = dict(dataset="shakespeare", model="char_lstm", lstm_hidden=16, num_clients=12,
+                participation="uniform", clients_per_round=6, local_steps=4, batch_size=8,
+                client_lr=1.0, rounds=3, eval_every=1, test_examples=300,
+                train_eval_examples=300)
+
+
+def main(out):
+  r = api.run(seeds=[0, 1], progress=False, **SETTINGS)
+  np.savez(out, **{k: np.asarray(v) for k, v in r.curves.items()})
+
+
+if __name__ == "__main__":
+  main(sys.argv[1])
