@@ -2,6 +2,7 @@
 
   python benchmarks/speed.py [--workloads=w1,w2,w3,logreg32] [--rounds=0] [--repeats=5]
                              [--output_dir=results/speed]
+  python benchmarks/speed.py --workloads=w1,w2,w3,logreg32,w7   (W7 is not in the default)
 
 Workloads (logreg32: the foundation's batch-32 target): FedAvg on MNIST-shaped generated data, 100
 clients x 600 examples, full participation (100 clients per round), 10 local SGD steps,
@@ -9,6 +10,16 @@ client_lr 0.1, softmax cross entropy.
   w1: logistic regression, batch 10     w2: the 784-200-200-10 MLP, batch 32
   w3: the CNN (--model=cnn), batch 32,  logreg32: logistic regression, batch 32
       10 clients (CPU scale)
+W7 is FedAvg with the char LSTM (--model=char_lstm: embedding 8, two LSTM layers of
+LSTM_HIDDEN = 64, CPU scale, dense to the vocabulary at the last position) on
+Shakespeare-shaped generated data (workloads.shakespeare_shaped: int8 windows of 80 ids,
+vocabulary 82, 10 clients of Shakespeare-like sizes), batch 10 (LEAF's), 10 local SGD
+steps at lr 0.1, all 10 clients every round; its evaluation reads LSTM_EVAL_EXAMPLES test
+and as many train examples (one batch each: evaluating 1,000 + 1,000 sequences costs
+about as much as a round of 10 clients, which would weigh on W7's timings as no
+evaluation weighs on W1-W3's). Its FLOPs are the LSTM's matmuls counted by hand
+(`lstm_step_flops`): XLA's cost analysis counts the body of a scan once, not once per
+time step.
 Both sides train the same model for the same number of rounds per repeat.
 
 * vectorized: engine.run with fedavg.build (one lax.scan over a block of rounds, the
@@ -53,7 +64,9 @@ from fedjax_bench import engine, results  # noqa: E402
 from fedjax_bench.algorithms import fedavg  # noqa: E402
 from fedjax_bench.core import client_map  # noqa: E402
 from fedjax_bench.core import task as task_lib  # noqa: E402
+from fedjax_bench.data import text  # noqa: E402
 from fedjax_bench.data.federated import Dataset, FederatedData  # noqa: E402
+from fedjax_bench.models import char_lstm  # noqa: E402
 import workloads  # noqa: E402  (benchmarks/, on sys.path as the script's directory)
 from fedjax_bench.sim import participation, world as world_lib  # noqa: E402
 
@@ -66,7 +79,13 @@ CLIENT_LR = 0.1
 # --rounds=0: about 1-2 s per repeat on a 2-core CPU, clients per round). W3 trains 10
 # clients a round, not 100: a CNN round of 100 clients takes about a minute on 2 cores.
 WORKLOADS = {"w1": ("logreg", 10, None, 30, 100), "w2": ("mlp", 32, 1.5, 4, 100),
-             "w3": ("cnn", 32, None, 1, 10), "logreg32": ("logreg", 32, 5.0, 20, 100)}
+             "w3": ("cnn", 32, None, 1, 10), "logreg32": ("logreg", 32, 5.0, 20, 100),
+             "w7": ("char_lstm", 10, None, 1, 10)}
+# W7's LSTM width, CPU scale: at 64 a round of 10 clients takes 2-3 s on 2 cores, as
+# long as W3's; 128 is 4x the matmul work a step, LEAF's and FedJAX's 256 about 16x (a
+# round most of a minute). And W7's evaluation: this many test and as many train examples.
+LSTM_HIDDEN = 64
+LSTM_EVAL_EXAMPLES = 10
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("workloads", ["w1", "w2", "w3", "logreg32"],
@@ -85,6 +104,17 @@ def make_dataset(seed: int, num_clients: int = NUM_CLIENTS) -> Dataset:
 
 def make_task(dataset: Dataset, model_name: str) -> task_lib.Task:
   return workloads.task(dataset, model_name, train_eval_examples=TEST_EXAMPLES)
+
+
+def workload_task(name: str, seed: int) -> tuple[Dataset, task_lib.Task]:
+  """A workload's generated data and task: MNIST-shaped for W1-W3 and logreg32, the char
+  LSTM on Shakespeare-shaped data for W7."""
+  model_name, _, _, _, clients = WORKLOADS[name]
+  if model_name == "char_lstm":
+    dataset = workloads.shakespeare_shaped(seed, clients, LSTM_EVAL_EXAMPLES)
+    return dataset, workloads.lstm_task(dataset, LSTM_HIDDEN, LSTM_EVAL_EXAMPLES)
+  dataset = make_dataset(seed, clients)
+  return dataset, make_task(dataset, model_name)
 
 
 def client_steps_per_second(rounds: int, seconds: float, clients: int = NUM_CLIENTS) -> float:
@@ -236,16 +266,32 @@ def step_flops(task: task_lib.Task, batch: int) -> float:
   return float(cost.get("flops", float("nan")))
 
 
+def lstm_step_flops(batch: int, hidden: int = LSTM_HIDDEN, seq_len: int = text.SEQ_LEN,
+                    vocab: int = text.VOCAB_SIZE) -> float:
+  """Matmul FLOPs of one char-LSTM client step, counted by hand. Forward: per layer, its
+  input sequence times the input kernel and the recurrence h_{t-1} W_h, 2 B T (d_in + H)
+  4H (d_in: the embedding's 8, then H), and the dense layer at the last position,
+  2 B H V. Backward: twice the forward's (each product's two operands get a gradient;
+  the first layer's input gradient feeds the embedding's). Left out: the gates'
+  elementwise work, the embedding's gather, the softmax and the SGD update."""
+  forward = sum(2 * batch * seq_len * (d_in + hidden) * 4 * hidden
+                for d_in in [char_lstm.EMBED_DIM] + [hidden] * (char_lstm.NUM_LAYERS - 1))
+  forward += 2 * batch * hidden * vocab
+  return 3.0 * forward
+
+
 def peak_rss_mib() -> float:
   return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def measure(name: str, rounds: int, repeats: int, seed: int, peak_flops: float) -> dict:
   model_name, batch, target, _, clients = WORKLOADS[name]
-  dataset = make_dataset(seed, clients)
-  task = make_task(dataset, model_name)
+  dataset, task = workload_task(name, seed)
   row = {"workload": name, "model": model_name, "batch_size": batch,
          "clients_per_round": clients, "rounds_per_repeat": rounds, "repeats": repeats}
+  if model_name == "char_lstm":
+    row.update(lstm_hidden=LSTM_HIDDEN, client_sizes=dataset.train.counts.tolist(),
+               eval_examples=LSTM_EVAL_EXAMPLES, flops_counted="matmuls, by hand")
   print(f"[{name}] vectorized (replacement) interleaved with the per-client loop ...",
         flush=True)
   loop = LoopTimer(task, dataset.train, rounds, seed, batch)
@@ -260,7 +306,8 @@ def measure(name: str, rounds: int, repeats: int, seed: int, peak_flops: float) 
   row["ratio"] = vec / row["loop"]["client_steps_per_second"]
   row["target"] = target
   row["met"] = None if target is None else bool(row["ratio"] >= target)
-  row["flops_per_client_step"] = step_flops(task, batch)
+  row["flops_per_client_step"] = (lstm_step_flops(batch) if model_name == "char_lstm"
+                                  else step_flops(task, batch))
   row["achieved_flops_per_second"] = row["flops_per_client_step"] * vec
   row["matmul_fraction"] = row["achieved_flops_per_second"] / peak_flops
   row["peak_rss_mib_after"] = peak_rss_mib()
@@ -299,13 +346,26 @@ def markdown(rows: list[dict], env: dict) -> str:
       "compares both sides with minibatches drawn with replacement. Vectorized timings "
       "include one evaluation per repeat. GFLOP/s: XLA's FLOP count of one client step "
       "times the vectorized client-steps/s; the matmul peak is "
-      f"{env['matmul_gflops']:.0f} GFLOP/s, measured in the same run.", "",
+      f"{env['matmul_gflops']:.0f} GFLOP/s, measured in the same run.",
+      *[w7_note(r) for r in rows if r["model"] == "char_lstm"], "",
       table(rows), "", *extra, "",
       f"Vectorized side: clients trained {env['client_width']} at a time "
       "(`--client_width`; 0 = the whole cohort vmapped).", "",
       f"Machine: {env['cpu_count']} CPUs ({env.get('cpu_model', '?')}), devices "
       f"{env['devices']}, jax {env['jax']}, {env['platform']}; 1-minute load average "
       f"{env['loadavg_before'][0]:.2f} before, {env['loadavg_after'][0]:.2f} after.", ""])
+
+
+def w7_note(row: dict) -> str:
+  sizes = row["client_sizes"]
+  return (f"\n`{row['workload']}` is the char LSTM (embedding {char_lstm.EMBED_DIM}, "
+          f"{char_lstm.NUM_LAYERS} LSTM layers of {row['lstm_hidden']}, dense to the "
+          f"{text.VOCAB_SIZE}-id vocabulary at the last position) on Shakespeare-shaped "
+          f"generated data instead: int8 windows of {text.SEQ_LEN} ids, {len(sizes)} clients "
+          f"of {min(sizes):,} to {max(sizes):,} examples (Shakespeare-like sizes), all of "
+          f"them every round; its evaluations read {row['eval_examples']} test and "
+          f"{row['eval_examples']} train examples, and its GFLOP/s count the LSTM's matmuls "
+          "by hand (XLA's cost analysis counts a scan's body once).")
 
 
 def main(argv):

@@ -250,6 +250,24 @@ def test_committed_reports_are_what_their_runs_produce():
   assert p.returncode == 0, p.stdout + p.stderr
 
 
+def test_readme_links_every_report_with_its_verdicts():
+  # README's "What holds" table: one row per paper whose report is generated, linking it,
+  # with the verdict counts its REPORT.md gives (so the summary cannot drift from them).
+  import re
+  sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+  import papers
+  readme = open(os.path.join(ROOT, "README.md")).read()
+  for name in papers.PAPERS:
+    if name in papers.PENDING:
+      continue
+    report = open(os.path.join(ROOT, "results", name, "REPORT.md")).read()
+    counts = re.search(r"^Verdicts: (.*)\.$", report, re.M).group(1)
+    row = next((line for line in readme.splitlines()
+                if line.startswith(f"| [{name}](results/{name}/REPORT.md) |")), None)
+    assert row is not None, f"README's What holds table has no row for {name}"
+    assert f"| {counts} |" in row, (name, counts, row)
+
+
 def test_check_fails_on_an_edited_report_and_a_missing_run(tmp_path):
   shutil.copytree(os.path.join(ROOT, "results", "fedawe"), tmp_path / "fedawe")
   report = tmp_path / "fedawe" / "REPORT.md"

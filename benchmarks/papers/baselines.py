@@ -96,14 +96,15 @@ def runs():
 
 
 def qffl(q: int, stat: str) -> Metric:
-  """A statistic of the per-client test accuracy of the global model over clients, the
-  mean of the evaluations in the last 20 rounds."""
-  return Metric(f"qffl_q{q}", f"client_test_accuracy{stat}", window=20,
+  """A statistic of the per-client test accuracy of the global model over clients, in
+  points, the mean of the evaluations in the last 20 rounds."""
+  return Metric(f"qffl_q{q}", f"client_test_accuracy{stat}", window=20, scale=100.0,
                 label=f"q = {q}, client accuracy {stat.lstrip('_') or 'mean'}")
 
 
 def dp_accuracy(n: str) -> Metric:
-  return Metric(f"dp_{n}", window=20, label=f"DP-FedAvg z = {DP_Z[n]:g}")
+  """Test accuracy in points, the mean of the evaluations in the last 20 rounds."""
+  return Metric(f"dp_{n}", window=20, scale=100.0, label=f"DP-FedAvg z = {DP_Z[n]:g}")
 
 
 def fedprox_name(s: int, m: str) -> str:
@@ -180,18 +181,18 @@ def claims():
             Difference(qffl(1, "_worst10"), qffl(0, "_worst10")), section=s),
       Claim("qffl-mean", "at a similar mean accuracy (within 3 points)",
             "Table 2 Synthetic: average 80.8% → 79.0%",
-            Equivalent(qffl(1, ""), qffl(0, ""), within=0.03), section=s),
+            Equivalent(qffl(1, ""), qffl(0, ""), within=3.0), section=s),
   ]
   s = ("Ditto (Li, Hu, Beirami & Smith, ICML 2021): MNIST, two label shards a client, mean "
        "accuracy over clients on their own 20%")
-  fedavg_global = Metric("ditto_fedavg", "client_test_accuracy", window=20,
+  fedavg_global = Metric("ditto_fedavg", "client_test_accuracy", window=20, scale=100.0,
                          label="FedAvg's global model")
   for n, lam in DITTO_LAMBDAS.items():
     out.append(Claim(
         f"ditto-personal-{n}", f"Ditto's personal models (λ = {lam:g}) are more accurate on "
         "their clients' own data than FedAvg's global model", "Table 1: Ditto above "
         "global FedAvg on every non-IID dataset",
-        Difference(Metric(f"ditto_{n}", "personal_test_accuracy", window=20,
+        Difference(Metric(f"ditto_{n}", "personal_test_accuracy", window=20, scale=100.0,
                           label=f"Ditto λ = {lam:g}, personal"), fedavg_global), section=s))
   s = ("DP-FedAvg (McMahan, Ramage, Talwar & Zhang, ICLR 2018): MNIST, 1,000 users, Poisson "
        "sampling q = 0.05, clip S = 1")

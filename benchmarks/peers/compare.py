@@ -4,6 +4,8 @@ invocation.
   python benchmarks/peers/compare.py [--workloads=w1,w2,w3] [--repeats=3] [--rounds=0]
                                      [--venv=~/.cache/fedjax_bench/fedjax_venv]
   python benchmarks/peers/compare.py --workloads=cohorts [--repeats=5]   (a few minutes)
+  python benchmarks/peers/compare.py --workloads=w7 [--repeats=5]   (a few minutes; the
+      first run also compiles FedJAX's unrolled LSTM step, 10 minutes or more on 2 cores)
 
 `--workloads=cohorts` (or any of c1, c10, c100, c1000) times W1 (logistic regression,
 batch 10, 10 local steps) with m = 1, 10, 100, 1000 clients drawn uniformly each round
@@ -11,6 +13,14 @@ from a population of N = 100 (N = 1000 for m = 1000): FedJAX's UniformGetClientS
 against our --participation=uniform. The two sides' repeats alternate (FedJAX runs in a
 subprocess that does one repeat per line it reads), so both see the same machine load;
 writes results/speed/peers/cohorts.json; peers.md shows both tables.
+
+`--workloads=w7` times W7 (benchmarks/speed.py's: FedAvg with our char LSTM, width
+speed.LSTM_HIDDEN, on Shakespeare-shaped data, 10 clients every round, batch 10, 10
+local steps) against FedJAX's own Shakespeare LSTM of the same width, layers and embedding
+on inputs of the same shapes (fedjax_workloads.py's docstring says what differs: FedJAX's
+model outputs and trains on all 80 positions, ours reads the last one; FedJAX puts a tanh
+after each LSTM layer), the two sides' repeats alternating as for the cohorts, the same
+rounds a repeat; writes results/speed/peers/w7.json, a table of its own in peers.md.
 
 Sets up FedJAX's own virtual environment the first time (Python 3.11 with jax 0.4.30,
 jaxlib 0.4.30, dm-haiku 0.0.12, optax 0.2.2, chex 0.1.86, numpy<2.1, fedjax 0.0.17: they
@@ -32,6 +42,7 @@ from absl import app  # noqa: E402
 from absl import flags  # noqa: E402
 
 from fedjax_bench import results  # noqa: E402
+from fedjax_bench.data import text as text_data  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("venv", os.path.expanduser("~/.cache/fedjax_bench/fedjax_venv"),
@@ -41,6 +52,8 @@ PINS = ["jax==0.4.30", "jaxlib==0.4.30", "dm-haiku==0.0.12", "optax==0.2.2", "ch
         "numpy<2.1", "fedjax==0.0.17"]
 TARGETS = {"w1": 10.0, "w2": 2.5, "c10": 10.0}
 PEER_WORKLOADS = ("w1", "w2", "w3")
+# Timed with the two sides' repeats alternating, each into its own JSON file (w7.json).
+SEQUENCE_WORKLOADS = ("w7",)
 # name -> (clients per round m, population N, our rounds per repeat). A repeat of ours
 # lasts about as long as one of FedJAX's (fedjax_workloads.COHORTS: 0.7-1.2 s on a 2-core
 # CPU), so whatever a switch between the two processes costs weighs about the same on
@@ -87,11 +100,12 @@ def ours(name: str, rounds: int, repeats: int, seed: int) -> dict:
               task.init_params(__import__("jax").random.PRNGKey(0)))))}
 
 
-def cohort(python: str, name: str, repeats: int, seed: int) -> dict:
-  """One cohort size, our timed blocks and FedJAX's repeats alternating."""
-  m, n, rounds = COHORTS[name]
+def fedjax_interleaved(python: str, name: str, *args: str):
+  """Starts fedjax_workloads.py --interleave on workload `name` and waits until it is
+  ready (data built, first round compiled). Returns (once, finish): once() has it run
+  one repeat; finish() ends it and returns its row."""
   cmd = [python, os.path.join(HERE, "fedjax_workloads.py"), f"--workloads={name}",
-         "--interleave", f"--seed={seed}"]
+         "--interleave", *args]
   env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "PYTHONPATH")}
   proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                           env=env)
@@ -104,17 +118,28 @@ def cohort(python: str, name: str, repeats: int, seed: int) -> dict:
 
   reply()  # {"ready": name}: data built, first round compiled
 
-  def theirs_once():
+  def once():
     proc.stdin.write("go\n")
     proc.stdin.flush()
     reply()
 
+  def finish():
+    proc.stdin.close()
+    row = reply()
+    proc.wait()
+    return row
+
+  return once, finish
+
+
+def cohort(python: str, name: str, repeats: int, seed: int) -> dict:
+  """One cohort size, our timed blocks and FedJAX's repeats alternating."""
+  m, n, rounds = COHORTS[name]
+  theirs_once, finish = fedjax_interleaved(python, name, f"--seed={seed}")
   task = speed.make_task(speed.make_dataset(seed, n), "logreg")
   t = speed.time_vectorized(task, "shuffle", rounds, repeats, seed, speed.WORKLOADS["w1"][1],
                             between=theirs_once, clients_per_round=m)
-  proc.stdin.close()
-  theirs = reply()
-  proc.wait()
+  theirs = finish()
   mine = {**speed.summarize(t, rounds, m), "rounds_per_repeat": rounds,
           "clients_per_round": m, "population": n, "participation": "uniform"}
   ratio = mine["client_steps_per_second"] / theirs["client_steps_per_second"]
@@ -166,10 +191,109 @@ def cohorts_markdown(rows, env) -> str:
   return "\n".join(lines)
 
 
+def sequence(python: str, name: str, rounds: int, repeats: int, seed: int) -> dict:
+  """W7: our timed blocks and FedJAX's repeats alternating, the same rounds in each."""
+  _, batch, _, default_rounds, clients = speed.WORKLOADS[name]
+  rounds = rounds or default_rounds
+  theirs_once, finish = fedjax_interleaved(python, name, f"--seed={seed}",
+                                           f"--rounds={rounds}")
+  dataset, task = speed.workload_task(name, seed)
+  t = speed.time_vectorized(task, "shuffle", rounds, repeats, seed, batch,
+                            between=theirs_once)
+  theirs = finish()
+  sizes = dataset.train.counts.tolist()
+  if theirs["client_sizes"] != sizes:
+    raise SystemExit(f"error: {name}'s clients differ in size: ours {sizes}, FedJAX's "
+                     f"{theirs['client_sizes']}")
+  mine = {**speed.summarize(t, rounds, clients), "rounds_per_repeat": rounds,
+          "clients_per_round": clients, "lstm_hidden": speed.LSTM_HIDDEN,
+          "client_sizes": sizes, "eval_examples": speed.LSTM_EVAL_EXAMPLES,
+          "params": num_params(task)}
+  ratio = mine["client_steps_per_second"] / theirs["client_steps_per_second"]
+  return {"workload": name, "ours": mine, "fedjax": theirs, "ratio": ratio, "target": None,
+          "met": None, "fedjax_matmul_work": fedjax_matmul_work(batch, theirs),
+          "loadavg": os.getloadavg()}
+
+
+def num_params(task) -> int:
+  import jax  # noqa: PLC0415  (imported by speed, after host_devices)
+  return int(sum(a.size for a in jax.tree.leaves(task.init_params(jax.random.PRNGKey(0)))))
+
+
+def fedjax_matmul_work(batch: int, theirs: dict) -> float:
+  """FedJAX's matmul FLOPs a W7 step over ours (speed.lstm_step_flops): the same LSTM,
+  its dense layer at every position of the sequence to its vocabulary instead of ours at
+  the last one."""
+  ours = speed.lstm_step_flops(batch)
+  hidden, seq_len = theirs["lstm_hidden"], theirs["seq_len"]
+  dense_ours = 3 * 2 * batch * hidden * text_data.VOCAB_SIZE
+  dense_theirs = 3 * 2 * batch * seq_len * hidden * theirs["vocab"]
+  return (ours - dense_ours + dense_theirs) / ours
+
+
+def main_sequences(python: str, names: list[str]):
+  env = {**results.environment_info(), "cpu_count": os.cpu_count(),
+         "cpu_model": speed.cpu_model(), "loadavg_before": os.getloadavg()}
+  rows = []
+  for name in names:
+    print(f"[{name}] ours and FedJAX, repeats alternating ...", flush=True)
+    rows.append(sequence(python, name, FLAGS.rounds, FLAGS.repeats, FLAGS.seed))
+    r = rows[-1]
+    print(f"[{name}] ours {r['ours']['client_steps_per_second']:,.1f} vs FedJAX "
+          f"{r['fedjax']['client_steps_per_second']:,.1f} client-steps/s: {r['ratio']:.2f}x "
+          f"(load {r['loadavg'][0]:.2f})", flush=True)
+    env = {**env, "loadavg_after": os.getloadavg(), "fedjax_jax": r["fedjax"]["jax"]}
+    os.makedirs(FLAGS.peers_dir, exist_ok=True)
+    results.atomic_write_json(os.path.join(FLAGS.peers_dir, "w7.json"),
+                              {"environment": env, "results": rows})
+  return write_markdown()
+
+
+def sequences_markdown(rows, env) -> str:
+  r0 = rows[0]
+  o, f = r0["ours"], r0["fedjax"]
+  sizes = o["client_sizes"]
+  lines = ["## W7: the char LSTM on Shakespeare shapes (`--workloads=w7`)", "",
+           f"FedAvg, {o['clients_per_round']} clients every round (Shakespeare-like sizes, "
+           f"{min(sizes):,} to {max(sizes):,} examples), batch {f['batch_size']} of "
+           f"{f['seq_len']}-id sequences, {speed.LOCAL_STEPS} local SGD steps at lr "
+           f"{speed.CLIENT_LR:g}, an embedding of 8 "
+           f"and two LSTM layers of {o['lstm_hidden']} on both sides, random ids. Ours: "
+           "`--model=char_lstm`, the next character read at the last position (LEAF's), "
+           "a vocabulary of 82, shuffled epochs. FedJAX: "
+           "`fedjax.models.shakespeare.create_lstm_model` with "
+           "`fed_avg.federated_averaging` (its default client loop, "
+           "`ShuffleRepeatBatchHParams`), whose model outputs and trains on all "
+           f"{f['seq_len']} positions (TFF's Shakespeare), a vocabulary of {f['vocab']}, "
+           "a tanh after each LSTM layer, the time steps unrolled in its program: "
+           f"{r0['fedjax_matmul_work']:.2f}x our matmul FLOPs a step. The two sides' "
+           "repeats alternate, the same rounds each; client-steps per second, median over "
+           "repeats, compilation excluded. Our repeats include one evaluation each "
+           f"({o['eval_examples']} test + {o['eval_examples']} train examples); "
+           "FedJAX's none.", "",
+           "| workload | LSTM width, batch | parameters | ours | FedJAX | ratio | load |",
+           "|---|---|---:|---:|---:|---:|---:|"]
+  for r in rows:
+    o, f = r["ours"], r["fedjax"]
+    lines.append(f"| {r['workload']} | {o['lstm_hidden']}, {f['batch_size']} | "
+                 f"{o['params']:,} (FedJAX {f['params']:,}) | "
+                 f"{o['client_steps_per_second']:,.1f} | "
+                 f"{f['client_steps_per_second']:,.1f} | {r['ratio']:.2f}x | "
+                 f"{r['loadavg'][0]:.2f} |")
+  lines += ["", _machine(env, " (the load column: after each row)"), ""]
+  return "\n".join(lines)
+
+
 def main(argv):
   del argv
   names = [c for w in FLAGS.workloads for c in (COHORTS if w == "cohorts" else [w])
            if c in COHORTS]
+  sequences = [w for w in FLAGS.workloads if w in SEQUENCE_WORKLOADS]
+  if sequences:  # then the cohorts or W1-W3, when asked for too
+    text = main_sequences(ensure_venv(FLAGS.venv), sequences)
+    if not names and not any(w in PEER_WORKLOADS for w in FLAGS.workloads):
+      print(text)
+      return
   if names:
     return main_cohorts(ensure_venv(FLAGS.venv), names)
   workloads = [w for w in FLAGS.workloads if w in PEER_WORKLOADS] or list(PEER_WORKLOADS)
@@ -202,10 +326,11 @@ def write(rows, env, theirs) -> str:
 
 
 def write_markdown() -> str:
-  """peers.md from peers.json (W1-W3) and cohorts.json (cohort sizes), whichever exist, so
-  rerunning either part keeps the other's table."""
+  """peers.md from peers.json (W1-W3), cohorts.json (cohort sizes) and w7.json (W7),
+  whichever exist, so rerunning one part keeps the others' tables."""
   parts = []
-  for name, render in (("peers.json", markdown), ("cohorts.json", cohorts_markdown)):
+  for name, render in (("peers.json", markdown), ("cohorts.json", cohorts_markdown),
+                       ("w7.json", sequences_markdown)):
     path = os.path.join(FLAGS.peers_dir, name)
     if os.path.exists(path):
       with open(path) as f:
