@@ -250,6 +250,23 @@ def test_committed_reports_are_what_their_runs_produce():
   assert p.returncode == 0, p.stdout + p.stderr
 
 
+def test_check_counts_the_made_runs_of_a_pending_paper(tmp_path):
+  sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+  import papers
+  if not papers.PENDING:
+    pytest.skip("no paper is pending")
+  name = papers.PENDING[0]
+  total = len(papers.PAPERS[name].claim_runs())
+  runs = os.path.join(ROOT, "results", name, "runs")
+  made = len(os.listdir(runs)) if os.path.isdir(runs) else 0
+  p = claims_cli("--check", name)
+  assert p.returncode == 0, p.stdout + p.stderr
+  assert f"{name}: pending, not checked: {made} of its {total} runs made" in p.stdout
+  (tmp_path / name).mkdir()
+  p = claims_cli("--check", name, f"--results_dir={tmp_path}")
+  assert f"{name}: pending, not checked: 0 of its {total} runs made" in p.stdout
+
+
 def test_readme_links_every_report_with_its_verdicts():
   # README's "What holds" table: one row per paper whose report is generated, linking it,
   # with the verdict counts its REPORT.md gives (so the summary cannot drift from them).
