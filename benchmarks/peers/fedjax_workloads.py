@@ -151,47 +151,14 @@ def ready(state):
   jax.tree_util.tree_map(lambda a: a.block_until_ready(), state.params)
 
 
-def run(name, rounds, repeats, data):
-  model_name, batch, default_rounds, clients = WORKLOADS[name]
-  data = data[:clients]
-  rounds = rounds or default_rounds
-  algorithm, params, state = fedavg(model_name, batch)
+def timed(algorithm, state, next_clients, rounds, repeats, name, interleave=False):
+  """Times FedAvg rounds: the first (compiling) round, then ``repeats`` repeats of
+  ``rounds`` rounds, each round on ``next_clients()``. With ``interleave``: after the first
+  round, prints {"ready": name}, then runs one repeat per line of stdin (printing its
+  seconds) until stdin closes, so the caller can time its own in between. Returns
+  (first round's seconds, each repeat's seconds)."""
   t0 = time.perf_counter()
-  state, _ = algorithm.apply(state, data)
-  ready(state)
-  first = time.perf_counter() - t0
-  seconds = []
-  for _ in range(repeats):
-    t0 = time.perf_counter()
-    for _ in range(rounds):
-      state, _ = algorithm.apply(state, data)
-    ready(state)
-    seconds.append(time.perf_counter() - t0)
-  rates = [rounds * clients * LOCAL_STEPS / s for s in seconds]
-  return {"workload": name, "model": model_name, "batch_size": batch,
-          "clients_per_round": clients, "rounds_per_repeat": rounds, "repeats": repeats,
-          "seconds": seconds,
-          "client_steps_per_second": statistics.median(rates),
-          "rounds_per_second": rounds / statistics.median(seconds),
-          "first_round_seconds": first,
-          "params": int(sum(np.size(a) for a in jax.tree_util.tree_leaves(params))),
-          "fedjax": getattr(fedjax, "__version__", "0.0.17"), "jax": jax.__version__}
-
-
-def run_cohort(name, rounds, repeats, seed, interleave=False):
-  """W1's model and steps, m of N clients drawn by FedJAX's uniform sampler each round.
-  With ``interleave``: after warming up, prints {"ready": name}, then runs one repeat per
-  line of stdin (printing its seconds) until stdin closes."""
-  m, n, default_rounds = COHORTS[name]
-  rounds = rounds or default_rounds
-  fd = fedjax.InMemoryFederatedData(
-      {cid: {"x": ds.all_examples()["x"], "y": ds.all_examples()["y"]}
-       for cid, ds, _ in clients(seed, n)})
-  sampler = fedjax.client_samplers.UniformGetClientSampler(fd, m, seed)
-  batch = WORKLOADS["w1"][1]
-  algorithm, params, state = fedavg("logreg", batch)
-  t0 = time.perf_counter()
-  state, _ = algorithm.apply(state, sampler.sample())
+  state, _ = algorithm.apply(state, next_clients())
   ready(state)
   first = time.perf_counter() - t0
   seconds = []
@@ -200,49 +167,7 @@ def run_cohort(name, rounds, repeats, seed, interleave=False):
     nonlocal state
     t0 = time.perf_counter()
     for _ in range(rounds):
-      state, _ = algorithm.apply(state, sampler.sample())
-    ready(state)
-    seconds.append(time.perf_counter() - t0)
-
-  if interleave:  # one repeat per line read, so the caller can time its own in between
-    print(json.dumps({"ready": name}), flush=True)
-    for _ in sys.stdin:
-      repeat()
-      print(json.dumps({"seconds": seconds[-1]}), flush=True)
-  else:
-    for _ in range(repeats):
-      repeat()
-  repeats = len(seconds)
-  rates = [rounds * m * LOCAL_STEPS / s for s in seconds]
-  return {"workload": name, "model": "logreg", "batch_size": batch, "clients_per_round": m,
-          "population": n, "sampler": "UniformGetClientSampler", "rounds_per_repeat": rounds,
-          "repeats": repeats, "seconds": seconds,
-          "client_steps_per_second": statistics.median(rates),
-          "rounds_per_second": rounds / statistics.median(seconds),
-          "first_round_seconds": first,
-          "params": int(sum(np.size(a) for a in jax.tree_util.tree_leaves(params))),
-          "fedjax": getattr(fedjax, "__version__", "0.0.17"), "jax": jax.__version__}
-
-
-def run_sequence(name, rounds, repeats, seed, interleave=False):
-  """W7: FedJAX's Shakespeare LSTM, its clients all trained every round. With
-  ``interleave``: after the first (compiling) round, prints {"ready": name}, then runs one
-  repeat per line of stdin (printing its seconds) until stdin closes."""
-  model_name, batch, default_rounds, num_clients = SEQUENCES[name]
-  rounds = rounds or default_rounds
-  data = sequence_clients(seed, num_clients)
-  algorithm, params, state = fedavg(model_name, batch)
-  t0 = time.perf_counter()
-  state, _ = algorithm.apply(state, data)
-  ready(state)
-  first = time.perf_counter() - t0
-  seconds = []
-
-  def repeat():
-    nonlocal state
-    t0 = time.perf_counter()
-    for _ in range(rounds):
-      state, _ = algorithm.apply(state, data)
+      state, _ = algorithm.apply(state, next_clients())
     ready(state)
     seconds.append(time.perf_counter() - t0)
 
@@ -254,16 +179,57 @@ def run_sequence(name, rounds, repeats, seed, interleave=False):
   else:
     for _ in range(repeats):
       repeat()
-  rates = [rounds * num_clients * LOCAL_STEPS / s for s in seconds]
-  return {"workload": name, "model": "shakespeare.create_lstm_model", "batch_size": batch,
-          "clients_per_round": num_clients, "lstm_hidden": LSTM_HIDDEN, "seq_len": SEQ_LEN,
-          "vocab": VOCAB + 4, "client_sizes": [len(ds) for _, ds, _ in data],
-          "rounds_per_repeat": rounds, "repeats": len(seconds), "seconds": seconds,
-          "client_steps_per_second": statistics.median(rates),
+  return first, seconds
+
+
+def timing_row(clients, rounds, first, seconds, params) -> dict:
+  """The fields every workload's row shares: rates over the repeats' median."""
+  rates = [rounds * clients * LOCAL_STEPS / s for s in seconds]
+  return {"clients_per_round": clients, "rounds_per_repeat": rounds, "repeats": len(seconds),
+          "seconds": seconds, "client_steps_per_second": statistics.median(rates),
           "rounds_per_second": rounds / statistics.median(seconds),
           "first_round_seconds": first,
           "params": int(sum(np.size(a) for a in jax.tree_util.tree_leaves(params))),
           "fedjax": getattr(fedjax, "__version__", "0.0.17"), "jax": jax.__version__}
+
+
+def run(name, rounds, repeats, data):
+  model_name, batch, default_rounds, clients = WORKLOADS[name]
+  data = data[:clients]
+  rounds = rounds or default_rounds
+  algorithm, params, state = fedavg(model_name, batch)
+  first, seconds = timed(algorithm, state, lambda: data, rounds, repeats, name)
+  return {"workload": name, "model": model_name, "batch_size": batch,
+          **timing_row(clients, rounds, first, seconds, params)}
+
+
+def run_cohort(name, rounds, repeats, seed, interleave=False):
+  """W1's model and steps, m of N clients drawn by FedJAX's uniform sampler each round."""
+  m, n, default_rounds = COHORTS[name]
+  rounds = rounds or default_rounds
+  fd = fedjax.InMemoryFederatedData(
+      {cid: {"x": ds.all_examples()["x"], "y": ds.all_examples()["y"]}
+       for cid, ds, _ in clients(seed, n)})
+  sampler = fedjax.client_samplers.UniformGetClientSampler(fd, m, seed)
+  batch = WORKLOADS["w1"][1]
+  algorithm, params, state = fedavg("logreg", batch)
+  first, seconds = timed(algorithm, state, sampler.sample, rounds, repeats, name, interleave)
+  return {"workload": name, "model": "logreg", "batch_size": batch, "population": n,
+          "sampler": "UniformGetClientSampler",
+          **timing_row(m, rounds, first, seconds, params)}
+
+
+def run_sequence(name, rounds, repeats, seed, interleave=False):
+  """W7: FedJAX's Shakespeare LSTM, its clients all trained every round."""
+  model_name, batch, default_rounds, num_clients = SEQUENCES[name]
+  rounds = rounds or default_rounds
+  data = sequence_clients(seed, num_clients)
+  algorithm, params, state = fedavg(model_name, batch)
+  first, seconds = timed(algorithm, state, lambda: data, rounds, repeats, name, interleave)
+  return {"workload": name, "model": "shakespeare.create_lstm_model", "batch_size": batch,
+          "lstm_hidden": LSTM_HIDDEN, "seq_len": SEQ_LEN, "vocab": VOCAB + 4,
+          "client_sizes": [len(ds) for _, ds, _ in data],
+          **timing_row(num_clients, rounds, first, seconds, params)}
 
 
 def main():
