@@ -151,22 +151,9 @@ def cohort(python: str, name: str, repeats: int, seed: int) -> dict:
 
 
 def main_cohorts(python: str, names: list[str]):
-  env = {**results.environment_info(), "cpu_count": os.cpu_count(),
-         "cpu_model": speed.cpu_model(), "loadavg_before": os.getloadavg()}
-  rows = []
-  for name in names:
-    print(f"[{name}] ours and FedJAX, repeats alternating ...", flush=True)
-    rows.append(cohort(python, name, FLAGS.repeats, FLAGS.seed))
-    r = rows[-1]
-    print(f"[{name}] ours {r['ours']['client_steps_per_second']:,.0f} vs FedJAX "
-          f"{r['fedjax']['client_steps_per_second']:,.0f} client-steps/s: {r['ratio']:.1f}x "
-          f"(load {r['loadavg'][0]:.2f})", flush=True)
-    env = {**env, "loadavg_after": os.getloadavg(), "fedjax_jax": r["fedjax"]["jax"]}
-    os.makedirs(FLAGS.peers_dir, exist_ok=True)
-    results.atomic_write_json(os.path.join(FLAGS.peers_dir, "cohorts.json"),
-                              {"environment": env, "results": rows})
-    text = write_markdown()
-  print(text)
+  side_by_side(names, lambda name: cohort(python, name, FLAGS.repeats, FLAGS.seed),
+               "cohorts.json", ",.0f", ".1f")
+  print(write_markdown())
 
 
 def cohorts_markdown(rows, env) -> str:
@@ -232,21 +219,30 @@ def fedjax_matmul_work(batch: int, theirs: dict) -> float:
 
 
 def main_sequences(python: str, names: list[str]):
+  side_by_side(names, lambda name: sequence(python, name, FLAGS.rounds, FLAGS.repeats,
+                                            FLAGS.seed), "w7.json", ",.1f", ".2f")
+  return write_markdown()
+
+
+def side_by_side(names, measure, filename: str, rate: str, ratio: str) -> list[dict]:
+  """Measures each workload (ours and FedJAX, repeats alternating) and writes the rows so
+  far to PEERS_DIR/filename after each, with peers.md."""
   env = {**results.environment_info(), "cpu_count": os.cpu_count(),
          "cpu_model": speed.cpu_model(), "loadavg_before": os.getloadavg()}
   rows = []
   for name in names:
     print(f"[{name}] ours and FedJAX, repeats alternating ...", flush=True)
-    rows.append(sequence(python, name, FLAGS.rounds, FLAGS.repeats, FLAGS.seed))
+    rows.append(measure(name))
     r = rows[-1]
-    print(f"[{name}] ours {r['ours']['client_steps_per_second']:,.1f} vs FedJAX "
-          f"{r['fedjax']['client_steps_per_second']:,.1f} client-steps/s: {r['ratio']:.2f}x "
-          f"(load {r['loadavg'][0]:.2f})", flush=True)
+    print(f"[{name}] ours {r['ours']['client_steps_per_second']:{rate}} vs FedJAX "
+          f"{r['fedjax']['client_steps_per_second']:{rate}} client-steps/s: "
+          f"{r['ratio']:{ratio}}x (load {r['loadavg'][0]:.2f})", flush=True)
     env = {**env, "loadavg_after": os.getloadavg(), "fedjax_jax": r["fedjax"]["jax"]}
     os.makedirs(FLAGS.peers_dir, exist_ok=True)
-    results.atomic_write_json(os.path.join(FLAGS.peers_dir, "w7.json"),
+    results.atomic_write_json(os.path.join(FLAGS.peers_dir, filename),
                               {"environment": env, "results": rows})
-  return write_markdown()
+    write_markdown()
+  return rows
 
 
 def sequences_markdown(rows, env) -> str:
