@@ -151,9 +151,9 @@ def cohort(python: str, name: str, repeats: int, seed: int) -> dict:
 
 
 def main_cohorts(python: str, names: list[str]):
-  side_by_side(names, lambda name: cohort(python, name, FLAGS.repeats, FLAGS.seed),
-               "cohorts.json", ",.0f", ".1f")
-  print(write_markdown())
+  text = side_by_side(names, lambda name: cohort(python, name, FLAGS.repeats, FLAGS.seed),
+                      "cohorts.json", ",.0f", ".1f")
+  print(text)
 
 
 def cohorts_markdown(rows, env) -> str:
@@ -219,14 +219,13 @@ def fedjax_matmul_work(batch: int, theirs: dict) -> float:
 
 
 def main_sequences(python: str, names: list[str]):
-  side_by_side(names, lambda name: sequence(python, name, FLAGS.rounds, FLAGS.repeats,
-                                            FLAGS.seed), "w7.json", ",.1f", ".2f")
-  return write_markdown()
+  return side_by_side(names, lambda name: sequence(python, name, FLAGS.rounds, FLAGS.repeats,
+                                                   FLAGS.seed), "w7.json", ",.1f", ".2f")
 
 
-def side_by_side(names, measure, filename: str, rate: str, ratio: str) -> list[dict]:
+def side_by_side(names, measure, filename: str, rate: str, ratio: str) -> str:
   """Measures each workload (ours and FedJAX, repeats alternating) and writes the rows so
-  far to PEERS_DIR/filename after each, with peers.md."""
+  far to PEERS_DIR/filename after each, with peers.md; returns peers.md's text."""
   env = {**results.environment_info(), "cpu_count": os.cpu_count(),
          "cpu_model": speed.cpu_model(), "loadavg_before": os.getloadavg()}
   rows = []
@@ -241,8 +240,8 @@ def side_by_side(names, measure, filename: str, rate: str, ratio: str) -> list[d
     os.makedirs(FLAGS.peers_dir, exist_ok=True)
     results.atomic_write_json(os.path.join(FLAGS.peers_dir, filename),
                               {"environment": env, "results": rows})
-    write_markdown()
-  return rows
+    text = write_markdown()
+  return text
 
 
 def sequences_markdown(rows, env) -> str:
