@@ -141,7 +141,8 @@ def test_fedavg_mlp_reaches_95_percent_on_real_mnist(tmp_path):
   out = tmp_path / "mnist"
   r = _run(["--dataset=mnist", "--model=mlp", "--partition=dirichlet", "--alpha=0.5",
             "--num_clients=100", "--clients_per_round=10", "--local_steps=20",
-            "--client_lr=0.1", "--rounds=150", "--eval_every=50", f"--output_dir={out}"],
+            "--client_lr=0.1", "--rounds=150", "--eval_every=50", "--seeds=1",
+            f"--output_dir={out}"],
            tmp_path, env={"TFDS_DATA_DIR": str(shared_tfds_dir())})
   assert r.returncode == 0, r.stderr[-3000:]
   summary = json.loads((out / "summary.json").read_text())
