@@ -25,6 +25,16 @@ from fedjax_bench.data.federated import Dataset, FederatedData  # noqa: E402
 from fedjax_bench.sim import participation, world as world_lib  # noqa: E402
 
 
+def pytest_xdist_auto_num_workers(config):
+  """``-n auto`` (setup.cfg): one worker per usable core, but no more than one per 4 GiB of
+  memory (a worker holds up to about 3.6 GB); $PYTEST_XDIST_AUTO_NUM_WORKERS overrides."""
+  if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+    return int(os.environ["PYTEST_XDIST_AUTO_NUM_WORKERS"])
+  cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+  gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+  return max(1, min(cpus or 1, int(gib // 4)))
+
+
 def device_probe(script, out, devices: int, *args, timeout=300):
   """Runs ``script OUT ARGS`` on ``devices`` forced CPU devices; np.load of OUT."""
   import subprocess
