@@ -151,9 +151,8 @@ def cohort(python: str, name: str, repeats: int, seed: int) -> dict:
 
 
 def main_cohorts(python: str, names: list[str]):
-  text = side_by_side(names, lambda name: cohort(python, name, FLAGS.repeats, FLAGS.seed),
-                      "cohorts.json", ",.0f", ".1f")
-  print(text)
+  print(side_by_side(names, lambda name: cohort(python, name, FLAGS.repeats, FLAGS.seed),
+                     "cohorts.json", ",.0f", ".1f"))
 
 
 def cohorts_markdown(rows, env) -> str:
@@ -223,11 +222,16 @@ def main_sequences(python: str, names: list[str]):
                                                    FLAGS.seed), "w7.json", ",.1f", ".2f")
 
 
+def environment_before() -> dict:
+  """The machine and its load before a comparison starts (the rows' "environment")."""
+  return {**results.environment_info(), "cpu_count": os.cpu_count(),
+          "cpu_model": speed.cpu_model(), "loadavg_before": os.getloadavg()}
+
+
 def side_by_side(names, measure, filename: str, rate: str, ratio: str) -> str:
   """Measures each workload (ours and FedJAX, repeats alternating) and writes the rows so
   far to PEERS_DIR/filename after each, with peers.md; returns peers.md's text."""
-  env = {**results.environment_info(), "cpu_count": os.cpu_count(),
-         "cpu_model": speed.cpu_model(), "loadavg_before": os.getloadavg()}
+  env = environment_before()
   rows = []
   for name in names:
     print(f"[{name}] ours and FedJAX, repeats alternating ...", flush=True)
@@ -292,8 +296,7 @@ def main(argv):
   if names:
     return main_cohorts(ensure_venv(FLAGS.venv), names)
   workloads = [w for w in FLAGS.workloads if w in PEER_WORKLOADS] or list(PEER_WORKLOADS)
-  env = {**results.environment_info(), "cpu_count": os.cpu_count(),
-         "cpu_model": speed.cpu_model(), "loadavg_before": os.getloadavg()}
+  env = environment_before()
   python = ensure_venv(FLAGS.venv)
   print("FedJAX side ...", flush=True)
   theirs = run_fedjax(python, workloads, FLAGS.rounds, FLAGS.repeats)

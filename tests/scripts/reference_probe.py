@@ -11,6 +11,7 @@ is rebuilt), which keeps "same seed, same curves" cheap for every algorithm.
 """
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -28,11 +29,10 @@ def main(argv):
     else:
       names.append(arg)
   import jax
+  from fedjax_bench import compile_cache, reference
   if cache_dir:
-    jax.config.update("jax_compilation_cache_dir", cache_dir)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-  from fedjax_bench import reference
+    os.environ[compile_cache.ENV] = cache_dir
+    compile_cache.enable()
   runs = []
   for i in range(repeat):
     t0 = time.perf_counter()
