@@ -387,7 +387,22 @@ def _stale_sine_pair(tmp_path):
   return paths
 
 
-def test_verify_refresh_replaces_a_stale_run_only_when_its_numbers_come_out_again(tmp_path):
+@pytest.fixture(scope="module")
+def sine_reruns(tmp_path_factory):
+  """S-paper-phi's two runs rerun once into a kept directory (``--verify_dir``), with the
+  process that made them; the tests below read the reruns from there instead of making
+  them again (a rerun is the current code's, whatever the committed run it is compared
+  with)."""
+  tmp = tmp_path_factory.mktemp("sine")
+  shutil.copytree(os.path.join(ROOT, "results", "fedawe"), tmp / "fedawe")
+  aside = tmp / "aside"
+  first = claims_cli("fedawe", "--verify", "--claim=S-paper-phi", f"--results_dir={tmp}",
+                     f"--verify_dir={aside}")
+  return aside, first
+
+
+def test_verify_refresh_replaces_a_stale_run_only_when_its_numbers_come_out_again(
+    tmp_path, sine_reruns):
   # The FedAWE run reruns to the same numbers and takes the rerun's record, the FedAvg
   # run, edited, does not and stays stale.
   import json
@@ -395,7 +410,7 @@ def test_verify_refresh_replaces_a_stale_run_only_when_its_numbers_come_out_agai
   from fedjax_bench.claims import store
   paths = _stale_sine_pair(tmp_path)
   p = claims_cli("fedawe", "--verify", "--refresh", "--claim=S-paper-phi",
-                 f"--results_dir={tmp_path}")
+                 f"--results_dir={tmp_path}", f"--verify_dir={sine_reruns[0]}")
   assert "toyfl_paper_sine_fedawe: the same numbers on the current code; refreshed" in p.stdout
   assert "toyfl_paper_sine_fedavg: the same numbers" not in p.stdout
   papers_dir = os.path.join(ROOT, "benchmarks")
@@ -409,25 +424,27 @@ def test_verify_refresh_replaces_a_stale_run_only_when_its_numbers_come_out_agai
   assert fresh[0] == "fresh" and fresh[1].startswith("code changed"), fresh
 
 
-def test_verify_dir_keeps_the_reruns_and_a_second_verification_reuses_them(tmp_path):
-  shutil.copytree(os.path.join(ROOT, "results", "fedawe"), tmp_path / "fedawe")
-  args = ("fedawe", "--verify", "--claim=S-paper-phi", f"--results_dir={tmp_path}",
-          f"--verify_dir={tmp_path / 'aside'}")
-  first = claims_cli(*args)
+def test_verify_dir_keeps_the_reruns_and_a_second_verification_reuses_them(tmp_path,
+                                                                           sine_reruns):
+  aside, first = sine_reruns
   assert first.returncode == 0, first.stdout + first.stderr
-  assert sorted(p.name for p in (tmp_path / "aside" / "fedawe").glob("*.json")) == [
+  assert first.stdout.count("rerun already in") == 0, first.stdout
+  assert sorted(p.name for p in (aside / "fedawe").glob("*.json")) == [
       "toyfl_paper_sine_fedavg.json", "toyfl_paper_sine_fedawe.json"]
-  second = claims_cli(*args)
+  shutil.copytree(os.path.join(ROOT, "results", "fedawe"), tmp_path / "fedawe")
+  second = claims_cli("fedawe", "--verify", "--claim=S-paper-phi", f"--results_dir={tmp_path}",
+                      f"--verify_dir={aside}")
   assert second.returncode == 0 and second.stdout.count("rerun already in") == 2, second.stdout
 
 
-def test_verify_remake_adopts_every_stale_rerun_and_regenerates_the_report(tmp_path):
+def test_verify_remake_adopts_every_stale_rerun_and_regenerates_the_report(tmp_path,
+                                                                          sine_reruns):
   # --remake gives both stale runs their reruns' records, fresh (the edited FedAvg run's
   # committed verdict was wrong), and the report written from them is the committed one.
   _stale_sine_pair(tmp_path)
   (tmp_path / "fedawe" / "REPORT.md").write_text("stale\n")
   p = claims_cli("fedawe", "--verify", "--remake", "--claim=S-paper-phi",
-                 f"--results_dir={tmp_path}")
+                 f"--results_dir={tmp_path}", f"--verify_dir={sine_reruns[0]}")
   assert "toyfl_paper_sine_fedavg: remade from its rerun" in p.stdout, p.stdout + p.stderr
   assert "S-paper-phi    DIFFERS: committed reproduced" in p.stdout  # the edit's verdict
   check = claims_cli("--check", "--strict", "fedawe", f"--results_dir={tmp_path}")
