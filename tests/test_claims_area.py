@@ -236,3 +236,23 @@ def test_a_clock_figure_reads_every_seed_on_one_time_grid(tmp_path, monkeypatch)
              figures=(floored,)), rec, str(tmp_path))
   x, y = drawn[0]
   np.testing.assert_allclose(y[-1], np.sqrt(1 * 1e-2))
+
+
+def test_a_long_figure_title_is_wrapped_to_the_figure_width(tmp_path, monkeypatch):
+  import matplotlib.axes
+  from fedjax_bench.claims import Curve, Figure, Paper, Run, plot
+  from fedjax_bench.claims.paper import TITLE_WIDTH
+  titles = []
+  monkeypatch.setattr(matplotlib.axes.Axes, "set_title",
+                      lambda self, t, *a, **kw: titles.append(t))
+  words = ("Built Shakespeare, 75 roles, char LSTM 2 x 32: each method at its tuned "
+           "learning rate")
+  short = "Figure 8, partial participation: m of 200, TopK 0.01"
+  figs = tuple(Figure(f"f{i}.png", t, (Curve("r", "gap", "gap"),))
+               for i, t in enumerate((words, short)))
+  plot(Paper(name="toy", title="t", spec="s", runs=(Run("r", {}),), claims=(),
+             figures=figs), tuned_record(), str(tmp_path))
+  assert titles[0] == ("Built Shakespeare, 75 roles, char LSTM 2 x 32: each method at its "
+                       "tuned\nlearning rate")
+  assert all(len(line) <= TITLE_WIDTH for line in titles[0].splitlines())
+  assert titles[1] == short

@@ -8,10 +8,13 @@ committed runs produce.
 import collections
 import dataclasses
 import os
+import textwrap
 from typing import Optional
 
 from fedjax_bench.claims import store
 from fedjax_bench.claims.verdicts import VERDICTS, Claim, Metric
+
+TITLE_WIDTH = 75  # characters of a figure's title line: what a 7-inch figure shows whole
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,7 +174,7 @@ def plot(paper: Paper, records: dict, root: str = "results") -> list[str]:
     ax.set_xlabel(fig_decl.xlabel if fig_decl.clock else "round")
     ax.set_ylabel(fig_decl.ylabel + (", geometric mean over seeds" if fig_decl.geometric
                                      else ", mean over seeds"))
-    ax.set_title(fig_decl.title)
+    ax.set_title("\n".join(textwrap.wrap(fig_decl.title, TITLE_WIDTH)))
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
