@@ -400,16 +400,17 @@ def _stale_sine_pair(tmp_path):
 
 @pytest.fixture(scope="module")
 def sine_reruns(tmp_path_factory):
-  """S-paper-phi's two runs rerun once into a kept directory (``--verify_dir``), with the
-  process that made them; the tests below read the reruns from there instead of making
-  them again (a rerun is the current code's, whatever the committed run it is compared
-  with)."""
+  """S-paper-phi's two runs rerun once into a kept directory (``--verify_dir``): that
+  directory, the process that made them and the results root it verified (a copy of the
+  committed FedAWE results, which a one-claim verification leaves as they are); the tests
+  below read the reruns from there instead of making them again (a rerun is the current
+  code's, whatever the committed run it is compared with)."""
   tmp = tmp_path_factory.mktemp("sine")
   shutil.copytree(os.path.join(ROOT, "results", "fedawe"), tmp / "fedawe")
   aside = tmp / "aside"
   first = claims_cli("fedawe", "--verify", "--claim=S-paper-phi", f"--results_dir={tmp}",
                      f"--verify_dir={aside}")
-  return aside, first
+  return aside, first, tmp
 
 
 def test_verify_refresh_replaces_a_stale_run_only_when_its_numbers_come_out_again(
@@ -435,16 +436,14 @@ def test_verify_refresh_replaces_a_stale_run_only_when_its_numbers_come_out_agai
   assert fresh[0] == "fresh" and fresh[1].startswith("code changed"), fresh
 
 
-def test_verify_dir_keeps_the_reruns_and_a_second_verification_reuses_them(tmp_path,
-                                                                           sine_reruns):
-  aside, first = sine_reruns
+def test_verify_dir_keeps_the_reruns_and_a_second_verification_reuses_them(sine_reruns):
+  aside, first, results_root = sine_reruns
   assert first.returncode == 0, first.stdout + first.stderr
   assert first.stdout.count("rerun already in") == 0, first.stdout
   assert sorted(p.name for p in (aside / "fedawe").glob("*.json")) == [
       "toyfl_paper_sine_fedavg.json", "toyfl_paper_sine_fedawe.json"]
-  shutil.copytree(os.path.join(ROOT, "results", "fedawe"), tmp_path / "fedawe")
-  second = claims_cli("fedawe", "--verify", "--claim=S-paper-phi", f"--results_dir={tmp_path}",
-                      f"--verify_dir={aside}")
+  second = claims_cli("fedawe", "--verify", "--claim=S-paper-phi",
+                      f"--results_dir={results_root}", f"--verify_dir={aside}")
   assert second.returncode == 0 and second.stdout.count("rerun already in") == 2, second.stdout
 
 
