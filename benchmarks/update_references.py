@@ -8,7 +8,8 @@ Each algorithm's reference config (fedjax_bench/reference.py) runs on one CPU de
 anything is written, every algorithm and metric prints the largest absolute and relative
 difference against the committed file and whether it is within reference.RTOL / ATOL, and
 how far a start perturbed by reference.PERTURBATION moves the new curves (a configuration
-that moves past the tolerance is chaotic and must be changed; nothing is written then).
+that moves past the tolerance is chaotic and must be changed; nothing is written then). The
+perturbed curves are written beside the curves, where the tests compare them.
 --check writes nothing and exits 1 when some difference is outside the tolerance (or a
 file is missing); without it, the new curves replace the committed ones.
 """
@@ -56,16 +57,16 @@ def report(name, curves, directory) -> bool:
   return ok
 
 
-def not_chaotic(name, curves, device) -> bool:
-  """Prints how far a start perturbed by reference.PERTURBATION moves ``name``'s curves;
-  True when within the tolerance."""
+def perturbed(name, curves, device):
+  """``name``'s curves from a start perturbed by reference.PERTURBATION, and whether they
+  stay within the tolerance of ``curves`` (printed with how far they moved)."""
   moved = reference.compute(name, devices=device, perturbation=reference.PERTURBATION)
   diffs = reference.differences(curves, moved)
   ok = all(d["ok"] for d in diffs.values())
   worst = max(d["max_rel"] for d in diffs.values())
   print(f"{'':22s} perturbed start ({reference.PERTURBATION:g}): max rel {worst:.2e}"
         f"{'' if ok else ' OUTSIDE: chaotic, change its configuration'}", flush=True)
-  return ok
+  return moved, ok
 
 
 def main(argv=None) -> int:
@@ -77,11 +78,12 @@ def main(argv=None) -> int:
   # The perturbed start compiles the plain run's round and evaluation programs again.
   os.environ[compile_cache.ENV] = tempfile.mkdtemp(prefix="xla_cache_")
   compile_cache.enable()
-  new, within, stable = {}, True, True
+  new, moved, within, stable = {}, {}, True, True
   for name in names:
     new[name] = reference.compute(name, devices=device)
     within &= report(name, new[name], args.dir)
-    stable &= not_chaotic(name, new[name], device)
+    moved[name], ok = perturbed(name, new[name], device)
+    stable &= ok
   if not stable:
     print("some configurations are chaotic; nothing written")
     return 1
@@ -90,7 +92,7 @@ def main(argv=None) -> int:
     return 0 if within else 1
   os.makedirs(args.dir, exist_ok=True)
   for name, curves in new.items():
-    results.atomic_write_json(reference.path(name, args.dir), reference.record(name, curves))
+    results.atomic_write_json(reference.path(name, args.dir), reference.record(name, curves, moved[name]))
   print(f"wrote {len(new)} file(s) to {args.dir}")
   return 0
 

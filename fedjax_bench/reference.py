@@ -26,6 +26,8 @@ Tolerances (float32; see BUILD_NOTES.md "Determinism"):
   A configuration that amplifies a 1e-6 change of its start past the tolerance would also
   amplify another CPU's rounding past it (fednova's once did: 1e-7 became 2e-4 in six
   rounds), so it is no regression test; such configurations are changed until they pass.
+  The perturbed run is made when the curves are (``update_references.py``) and committed
+  beside them (``"perturbed_start"``), where the tests compare the two.
 * A curve is close when ``|actual - expected| <= atol + rtol * |expected|`` everywhere
   (``numpy.isclose``), and a NaN only matches a NaN.
 """
@@ -190,11 +192,14 @@ def compute_all(names=None, devices=None, on_done=None) -> dict:
   return result
 
 
-def record(name: str, curves: dict) -> dict:
-  """The committed file's content for ``name``."""
+def record(name: str, curves: dict, perturbed: dict) -> dict:
+  """The committed file's content for ``name``: its ``curves`` and those of the same run
+  started ``PERTURBATION`` away (``perturbed``, both ``compute``'s output)."""
   import jax
   return {"algo": name, "flags": flags(name), "seeds": list(SEEDS),
           "rounds": curves["rounds"], "curves": {m: curves[m] for m in METRICS},
+          "perturbed_start": {"relative": PERTURBATION, "rounds": perturbed["rounds"],
+                              "curves": {m: perturbed[m] for m in METRICS}},
           "tolerance": {"rtol": RTOL, "atol": ATOL},
           "generated_with": {"jax": jax.__version__, "backend": "cpu", "devices": 1}}
 
@@ -241,4 +246,10 @@ def differences(expected: dict, actual: dict, rtol: float = RTOL,
 def expected_curves(reference: dict) -> dict:
   """A committed file's curves in ``differences``' form."""
   return {"rounds": reference["rounds"], **reference["curves"]}
+
+
+def perturbed_curves(reference: dict) -> dict:
+  """A committed file's perturbed-start curves in ``differences``' form."""
+  return {"rounds": reference["perturbed_start"]["rounds"],
+          **reference["perturbed_start"]["curves"]}
 
