@@ -256,3 +256,31 @@ def test_a_long_figure_title_is_wrapped_to_the_figure_width(tmp_path, monkeypatc
                        "tuned\nlearning rate")
   assert all(len(line) <= TITLE_WIDTH for line in titles[0].splitlines())
   assert titles[1] == short
+
+
+def test_a_figure_leaves_a_gap_where_no_seed_has_a_number_without_a_warning(tmp_path,
+                                                                         monkeypatch):
+  import warnings
+  import matplotlib.axes
+  from fedjax_bench.claims import Curve, Figure, Paper, Run, plot
+  lines, draw = [], matplotlib.axes.Axes.plot
+
+  def plot_and_keep(self, x, y, *a, **kw):
+    lines.append(np.asarray(y))
+    return draw(self, x, y, *a, **kw)
+
+  monkeypatch.setattr(matplotlib.axes.Axes, "plot", plot_and_keep)
+  rec = tuned_record()
+  gap = rec["r"]["metrics"]["gap"]  # [evaluation][point][seed]
+  gap[0][0] = [NAN, NAN, NAN]  # no seed has round 0 (as a compression statistic)
+  gap[1][0][1] = NAN  # one seed diverged
+  figs = (Figure("f.png", "t", (Curve("r", "gap", "gap"),)),
+          Figure("g.png", "t", (Curve("r", "gap", "gap"),), geometric=True, floor=1e-12))
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    plot(Paper(name="toy", title="t", spec="s", runs=(Run("r", {}),), claims=(),
+               figures=figs), rec, str(tmp_path))
+  arith, geo = lines
+  assert np.isnan(arith[0]) and np.isnan(geo[0])
+  np.testing.assert_allclose(arith[1], (5 + 5) / 2)
+  np.testing.assert_allclose(geo[1], 5.0)

@@ -142,6 +142,17 @@ def render(paper: Paper, records: dict) -> str:
   return "\n".join(lines)
 
 
+def _seed_mean(curve):
+  """[evaluations, seeds] -> the mean over the seeds that have a number; NaN (a gap in
+  the line, without numpy's empty-slice warning) where none has, as at a statistic's
+  round 0."""
+  import numpy as np
+  have = ~np.isnan(curve)
+  total = np.where(have, curve, 0.0).sum(axis=1)
+  count = have.sum(axis=1)
+  return np.where(count > 0, total / np.maximum(count, 1), np.nan)
+
+
 def plot(paper: Paper, records: dict, root: str = "results") -> list[str]:
   """Writes the paper's figures from ``records``; returns their paths."""
   import matplotlib
@@ -165,9 +176,9 @@ def plot(paper: Paper, records: dict, root: str = "results") -> list[str]:
         x, curve = _on_time_grid(rec, fig_decl.clock, pick, curve)
       if fig_decl.geometric:
         with np.errstate(divide="ignore"):
-          y = 10 ** np.nanmean(np.log10(np.maximum(curve, fig_decl.floor)), axis=1)
+          y = 10 ** _seed_mean(np.log10(np.maximum(curve, fig_decl.floor)))
       else:
-        y = np.nanmean(curve, axis=1)
+        y = _seed_mean(curve)
       ax.plot(x, y, label=cu.label)
     if fig_decl.log:
       ax.set_yscale("log")
