@@ -143,6 +143,8 @@ def test_a_run_is_fresh_until_its_configuration_or_its_code_changes(tmp_path):
   assert "core/local.py:train" in rec["code"] and "core/local.py" in rec["code"]
   assert not any(k.startswith("claims/") for k in rec["code"])
   assert rec["rounds"] == [0, 1, 2] and np.asarray(rec["metrics"]["test_accuracy"]).shape == (3, 1, 2)
+  assert rec["cpu_seconds"] > 0 and len(rec["load_average"]) == 2
+  assert all(load >= 0 for load in rec["load_average"])
 
   from fedjax_bench import api
   direct = api.run(seeds=[0, 1], progress=False, **run.settings).curves["test_accuracy"]

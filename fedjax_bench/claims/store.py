@@ -91,7 +91,7 @@ def execute(runs_dir: str, run: Run, log=print) -> dict:
   import jax
 
   from fedjax_bench import api
-  t0 = time.perf_counter()
+  t0, cpu0, load0 = time.perf_counter(), time.process_time(), os.getloadavg()[0]
   with code_lib.Trace() as trace, (jax.enable_x64(True) if run.x64 else contextlib.nullcontext()):
     result = api.run(seeds=list(run.seeds), sweep=dict(run.sweep) or None, progress=False,
                      **run.settings)
@@ -103,6 +103,10 @@ def execute(runs_dir: str, run: Run, log=print) -> dict:
       "rounds": [int(r) for r in curves["round"]],
       "metrics": {k: _rounded(v) for k, v in curves.items() if k != "round"},
       "diverged": result.diverged, "seconds": round(seconds, 1),
+      # What the wall-clock seconds ran beside: this process's CPU seconds (all its
+      # threads) and the 1-minute load average when the run started and ended.
+      "cpu_seconds": round(time.process_time() - cpu0, 1),
+      "load_average": [round(load0, 2), round(os.getloadavg()[0], 2)],
       "code_kind": code_lib.KIND, "code": code_lib.digest(trace), "commit": _commit(),
       "environment": _environment(),
   }
