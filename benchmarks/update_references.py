@@ -92,7 +92,8 @@ def main(argv=None) -> int:
     return 0 if within else 1
   os.makedirs(args.dir, exist_ok=True)
   for name, curves in new.items():
-    results.atomic_write_json(reference.path(name, args.dir), reference.record(name, curves, moved[name]))
+    results.atomic_write_json(reference.path(name, args.dir),
+                              reference.record(name, curves, moved[name]))
   print(f"wrote {len(new)} file(s) to {args.dir}")
   return 0
 

@@ -244,12 +244,5 @@ def differences(expected: dict, actual: dict, rtol: float = RTOL,
 
 
 def expected_curves(reference: dict) -> dict:
-  """A committed file's curves in ``differences``' form."""
+  """A committed file's curves (or its ``"perturbed_start"``) in ``differences``' form."""
   return {"rounds": reference["rounds"], **reference["curves"]}
-
-
-def perturbed_curves(reference: dict) -> dict:
-  """A committed file's perturbed-start curves in ``differences``' form."""
-  return {"rounds": reference["perturbed_start"]["rounds"],
-          **reference["perturbed_start"]["curves"]}
-
