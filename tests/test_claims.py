@@ -129,6 +129,9 @@ def test_report_is_a_function_of_the_records():
   assert "| c2 | on GPU | — | — | **not attempted**: needs a GPU |" in text
   assert "Verdicts: 1 reproduced, 1 not attempted." in text
   assert "`python benchmarks/run.py --algo=fedavg --seeds=0,1,2`" in text
+  assert "| a | 0,1,2 | 1 | — | — | abc |" in text  # recorded before CPU seconds and load were
+  recs["a"].update(seconds=30.4, cpu_seconds=55.2, load_average=[1.96, 2.04])
+  assert "| a | 0,1,2 | 30 | 55 | 1.96–2.04 | abc |" in render(paper, recs)
 
 
 TINY = dict(dataset="synthetic", num_clients=8, clients_per_round=4, rounds=2, eval_every=1, local_steps=2,

@@ -131,11 +131,18 @@ def render(paper: Paper, records: dict) -> str:
     lines += ["## Notes", "", paper.notes.strip(), ""]
   used = [r for r in paper.runs if r.name in records]
   if used:
-    lines += ["## Runs", "", "| run | seeds | seconds | code | command |", "|---|---|---:|---|---|"]
+    lines += ["## Runs", "", "Seconds are wall-clock; CPU seconds are the process's (all its "
+              "threads) and load the 1-minute load average at the run's start and end, where "
+              "the run recorded them (a load above the cores' count means other work shared "
+              "them, and the seconds grew with it).", "",
+              "| run | seeds | seconds | CPU seconds | load | code | command |",
+              "|---|---|---:|---:|---|---|---|"]
     for r in used:
       rec = records[r.name]
+      cpu = f"{rec['cpu_seconds']:.0f}" if "cpu_seconds" in rec else "—"
+      load = "–".join(f"{x:.2f}" for x in rec["load_average"]) if "load_average" in rec else "—"
       lines.append(f"| {r.name} | {','.join(map(str, rec['seeds']))} | {rec['seconds']:.0f} | "
-                   f"{rec.get('commit') or '—'} | `{r.command()}` |")
+                   f"{cpu} | {load} | {rec.get('commit') or '—'} | `{r.command()}` |")
     lines.append("")
   if paper.figures:
     lines += ["## Figures", ""] + [f"![{f.title}]({f.file})" for f in paper.figures] + [""]
