@@ -6,13 +6,21 @@ in CACHE/xla (CACHE: --cache_dir, else $FEDJAX_BENCH_CACHE, else ~/.cache/fedjax
 $FEDJAX_BENCH_COMPILE_CACHE names another directory, or "off") and a second invocation
 loads them. A cached program is the program the compiler would produce (keyed by the
 computation, the compile options, the devices and the jax version), so no number changes.
+
+Every code or jax version adds entries, so the directory is pruned when a process turns
+the cache on: above MAX_GB ($FEDJAX_BENCH_COMPILE_CACHE_GB overrides; "none": never) the
+least recently used entries go until it holds 3/4 of that. A pruned entry only costs the
+next run that needs it its compilation.
 """
 
 import os
 
 from fedjax_bench.data.tfds_data import resolve_cache_dir
+from fedjax_bench.errors import UsageError
 
 ENV = "FEDJAX_BENCH_COMPILE_CACHE"
+MAX_GB = 4.0  # the pruning threshold
+MAX_GB_ENV = "FEDJAX_BENCH_COMPILE_CACHE_GB"
 
 
 def directory(cache_dir: str | None = None) -> str | None:
@@ -33,7 +41,55 @@ def enable(cache_dir: str | None = None) -> str | None:
   jax.config.update("jax_compilation_cache_dir", path)
   jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
   jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+  prune(path, max_bytes())
   return path
+
+
+def max_bytes() -> float:
+  """The pruning threshold in bytes (inf: never prune)."""
+  raw = os.environ.get(MAX_GB_ENV, "").strip()
+  if raw.lower() == "none":
+    return float("inf")
+  try:
+    gb = float(raw) if raw else MAX_GB
+  except ValueError:
+    gb = -1.0
+  if not gb > 0:
+    raise UsageError(f"${MAX_GB_ENV}={raw!r}: expected a positive number of GB or 'none'")
+  return gb * 2**30
+
+
+def prune(path: str, limit: float) -> int:
+  """Removes the least recently used entries of ``path`` (by access time, else
+  modification time) until it holds 3/4 of ``limit`` bytes, when it holds more than
+  ``limit``; returns how many were removed. Entries another process removes meanwhile
+  are skipped."""
+  entries = []
+  try:
+    with os.scandir(path) as it:
+      for e in it:
+        try:
+          st = e.stat(follow_symlinks=False)
+        except OSError:
+          continue
+        if e.is_file(follow_symlinks=False):
+          entries.append((max(st.st_atime, st.st_mtime), st.st_size, e.path))
+  except FileNotFoundError:
+    return 0
+  total = sum(size for _, size, _ in entries)
+  if total <= limit:
+    return 0
+  removed = 0
+  for _, size, file in sorted(entries):
+    if total <= 0.75 * limit:
+      break
+    try:
+      os.remove(file)
+    except OSError:
+      continue
+    total -= size
+    removed += 1
+  return removed
 
 
 def disable() -> None:

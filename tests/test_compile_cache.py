@@ -29,3 +29,49 @@ def test_a_second_run_loads_what_the_first_compiled_and_computes_the_same(tmp_pa
   off = tmp_path / "unused"
   assert _run(tmp_path, off, "off", "--compile_cache=false") == first
   assert not off.exists()
+
+
+def _entry(path, name, size, age):
+  f = path / name
+  f.write_bytes(b"x" * size)
+  os.utime(f, (1_000_000 - age, 1_000_000 - age))
+  return f
+
+
+def test_the_cache_is_pruned_to_three_quarters_least_recently_used_first(tmp_path):
+  from fedjax_bench import compile_cache
+  files = [_entry(tmp_path, f"e{i}", 100, age=i) for i in range(10)]  # e9 the oldest
+  assert compile_cache.prune(str(tmp_path), limit=1000) == 0  # at the limit: kept
+  assert compile_cache.prune(str(tmp_path), limit=999) == 3  # down to 750 bytes
+  assert [f.exists() for f in files] == [True] * 7 + [False] * 3
+  assert compile_cache.prune(str(tmp_path / "absent"), limit=1) == 0
+
+
+def test_the_pruning_threshold_comes_from_the_environment(monkeypatch):
+  import pytest
+
+  from fedjax_bench import compile_cache
+  from fedjax_bench.errors import UsageError
+  monkeypatch.delenv(compile_cache.MAX_GB_ENV, raising=False)
+  assert compile_cache.max_bytes() == compile_cache.MAX_GB * 2**30
+  monkeypatch.setenv(compile_cache.MAX_GB_ENV, "0.5")
+  assert compile_cache.max_bytes() == 2**29
+  monkeypatch.setenv(compile_cache.MAX_GB_ENV, "none")
+  assert compile_cache.max_bytes() == float("inf")
+  for bad in ("0", "-1", "lots"):
+    monkeypatch.setenv(compile_cache.MAX_GB_ENV, bad)
+    with pytest.raises(UsageError, match="FEDJAX_BENCH_COMPILE_CACHE_GB"):
+      compile_cache.max_bytes()
+
+
+def test_turning_the_cache_on_prunes_it(tmp_path, monkeypatch):
+  from fedjax_bench import compile_cache
+  files = [_entry(tmp_path, f"e{i}", 100, age=i) for i in range(4)]
+  monkeypatch.setenv(compile_cache.ENV, str(tmp_path))
+  monkeypatch.setenv(compile_cache.MAX_GB_ENV, str(300 / 2**30))
+  try:
+    assert compile_cache.enable() == str(tmp_path)
+  finally:
+    monkeypatch.undo()
+    compile_cache.enable() or compile_cache.disable()  # the suite's cache again
+  assert [f.exists() for f in files] == [True, True, False, False]  # 400 -> 200 bytes
