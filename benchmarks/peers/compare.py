@@ -367,7 +367,9 @@ def _target_cells(row) -> tuple[str, str]:
 
 
 def _machine(env, load_note: str = "") -> str:
-  return (f"Machine: {env['cpu_count']} CPUs ({env['cpu_model']}); ours jax {env['jax']} "
+  # The platform string names the VM (…-fc-v782-…): VMs of one CPU model ran W1 2.5x apart.
+  return (f"Machine: {env['cpu_count']} CPUs ({env['cpu_model']}, {env.get('platform', '?')}); "
+          f"ours jax {env['jax']} "
           f"on {env['devices']}; FedJAX on jax {env['fedjax_jax']} (one CPU device); "
           f"1-minute load average {env['loadavg_before'][0]:.2f} before, "
           f"{env['loadavg_after'][0]:.2f} after{load_note}.")
