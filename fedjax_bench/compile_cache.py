@@ -38,10 +38,11 @@ def enable(cache_dir: str | None = None) -> str | None:
   path = directory(cache_dir)
   if path is None:
     return None
+  limit = max_bytes()  # a bad $FEDJAX_BENCH_COMPILE_CACHE_GB fails before anything is set
   jax.config.update("jax_compilation_cache_dir", path)
   jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
   jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-  prune(path, max_bytes())
+  prune(path, limit)
   return path
 
 
@@ -64,6 +65,8 @@ def prune(path: str, limit: float) -> int:
   modification time) until it holds 3/4 of ``limit`` bytes, when it holds more than
   ``limit``; returns how many were removed. Entries another process removes meanwhile
   are skipped."""
+  if limit == float("inf"):
+    return 0
   entries = []
   try:
     with os.scandir(path) as it:

@@ -42,6 +42,7 @@ def test_the_cache_is_pruned_to_three_quarters_least_recently_used_first(tmp_pat
   from fedjax_bench import compile_cache
   files = [_entry(tmp_path, f"e{i}", 100, age=i) for i in range(10)]  # e9 the oldest
   assert compile_cache.prune(str(tmp_path), limit=1000) == 0  # at the limit: kept
+  assert compile_cache.prune(str(tmp_path), limit=float("inf")) == 0  # "none": not scanned
   assert compile_cache.prune(str(tmp_path), limit=999) == 3  # down to 750 bytes
   assert [f.exists() for f in files] == [True] * 7 + [False] * 3
   assert compile_cache.prune(str(tmp_path / "absent"), limit=1) == 0
