@@ -248,6 +248,9 @@ def _known_claim(p, claim_id: str) -> None:
   if claim_id and claim_id not in {c.id for c in p.claims}:
     raise UsageError(f"unknown claim {claim_id!r} of {p.name}; valid: "
                      + ", ".join(c.id for c in p.claims))
+  if claim_id and not p.claim_runs(claim_id):  # a claim not attempted: nothing to run
+    raise UsageError(f"claim {claim_id!r} of {p.name} has no runs; claims with runs: "
+                     + ", ".join(c.id for c in p.claims if p.claim_runs(c.id)))
 
 
 def main(argv) -> int:

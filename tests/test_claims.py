@@ -322,6 +322,12 @@ def test_unknown_paper_or_claim_is_one_line():
   assert "fedawe" in p.stderr.strip().splitlines()[-1]
   p = claims_cli("fedawe", "--claim=nosuch")
   assert p.returncode == 2 and "unknown claim 'nosuch' of fedawe; valid: T2-gain" in p.stderr
+  for cmd in (("--verify", "shakespeare"), ("shakespeare",)):  # a claim not attempted: no runs
+    p = claims_cli(*cmd, "--claim=T1-fedyogi")
+    assert p.returncode == 2, (cmd, p.stdout, p.stderr)
+    line = p.stderr.strip().splitlines()[-1]
+    assert "claim 'T1-fedyogi' of shakespeare has no runs; claims with runs: " in line, line
+    assert "yogi-over-avg" in line and "T1-fedavg," not in line, line
 
 
 def test_verify_reruns_aside_and_finds_a_committed_run_that_the_code_does_not_give(tmp_path):
