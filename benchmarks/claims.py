@@ -29,10 +29,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
-from fedjax_bench import host_devices  # noqa: E402
-
-host_devices.use_all_cores()
-
 from absl import flags  # noqa: E402
 
 from fedjax_bench import cli, results  # noqa: E402
@@ -174,11 +170,6 @@ def write_report(p, root: str) -> dict:
   return records
 
 
-def _same_numbers(new: dict, old: dict) -> bool:
-  """Whether two records of one run hold the same numbers as written (7 digits)."""
-  return all(new[k] == old.get(k) for k in ("key", "grid", "rounds", "metrics", "diverged"))
-
-
 def verify(p, root: str, claim_id: str, refresh: bool = False, remake: bool = False) -> int:
   """Reruns the claims' runs aside and compares each verdict with the committed one;
   with ``refresh``, stale committed runs whose rerun has the same numbers take it; with
@@ -208,7 +199,7 @@ def verify(p, root: str, claim_id: str, refresh: bool = False, remake: bool = Fa
     gap = None
     old = committed.get(r.name)
     if old is None or store.status(old, r) != "fresh":
-      if old is not None and (refresh or remake) and _same_numbers(rerun[r.name], old):
+      if old is not None and (refresh or remake) and store.same_numbers(rerun[r.name], old):
         results.atomic_write_json(store.path(runs_dir, r), rerun[r.name])
         refreshed.append(r.name)
         print(f"  {r.name}: the same numbers on the current code; refreshed")
@@ -221,7 +212,10 @@ def verify(p, root: str, claim_id: str, refresh: bool = False, remake: bool = Fa
                                        - np.asarray(committed[r.name]["metrics"][m], np.float64)),
                                 initial=0.0))
                 for m in rerun[r.name]["metrics"])
-      print(f"  {r.name}: largest difference of any metric from the committed run {gap:.3g}")
+      same = "; the same numbers" if store.same_numbers(rerun[r.name], committed[r.name]) \
+          else ""
+      print(f"  {r.name}: largest difference of any metric from the committed run "
+            f"{gap:.3g}{same}")
     run_rows.append((r.name, rerun[r.name]["seconds"], gap))
   for c in p.claims:
     if c.test is None or not set(c.test.runs()) <= set(rerun):

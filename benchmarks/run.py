@@ -5,10 +5,6 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from fedjax_bench import host_devices  # noqa: E402
-
-host_devices.use_all_cores()
-
 from absl import app  # noqa: E402
 
 from fedjax_bench import cli  # noqa: E402

@@ -22,8 +22,10 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from fedjax_bench import checkpoint, compile_cache, config as config_lib, flags, results
-from fedjax_bench import settings
+from fedjax_bench import host_devices, settings
+from fedjax_bench import console
 from fedjax_bench.config import Config
+from fedjax_bench.console import rate  # noqa: F401 (api.rate, as before)
 from fedjax_bench.errors import UsageError
 
 
@@ -84,6 +86,7 @@ def prepare(cfg: Config | None = None, *, seeds=config_lib.DEFAULT_SEEDS, sweep=
       cfg = config_lib.replace(cfg, **settings)
   axes = flags.parse_sweep(sweep) if isinstance(sweep, (list, tuple)) else dict(sweep or {})
   config_lib.check_sweep(cfg, axes)
+  run_name(cfg)  # a --name that is a path is refused here
   return cfg, seeds, flags.grid(axes)
 
 
@@ -94,9 +97,38 @@ def check(cfg: Config, seeds: list[int], dataset=None):
   return experiment.setup(cfg, dataset=dataset, seeds=seeds)
 
 
+class Interrupted(KeyboardInterrupt):
+  """A run stopped by Ctrl-C (or the command line's SIGTERM) after saving what was due;
+  its text is the one line that says where it stopped and how to go on."""
+
+
+class Fault(RuntimeError):
+  """A write that failed during a run (disk full, a read-only remount, the directory
+  removed): a fault, not bad input; its text is one line saying what is still intact."""
+
+
 def execute(cfg: Config, seeds: list[int], grid: list[dict], *, progress: bool = True,
             argv: Sequence[str] | None = None) -> Result | None:
-  """The run of a resolved configuration (what `run` and the command line call)."""
+  """The run of a resolved configuration (what `run` and the command line call).
+
+  The output directory is claimed (created, locked for the run's life) only after every
+  check has passed; an interrupt saves the last completed block (`Interrupted`), a failed
+  write says which checkpoint is intact (`Fault`)."""
+  claim = _Claim()
+  try:
+    return _execute(cfg, seeds, grid, progress, argv, claim)
+  except KeyboardInterrupt:
+    raise claim.interrupted() from None
+  except OSError as e:
+    if claim.lock is None:
+      raise
+    raise Fault(claim.fault(e)) from e
+  finally:
+    claim.release()
+
+
+def _execute(cfg: Config, seeds: list[int], grid: list[dict], progress: bool, argv,
+             claim: "_Claim") -> Result | None:
   # Heavy imports wait until the settings are known to be good.
   import jax
   from fedjax_bench import engine
@@ -112,30 +144,42 @@ def execute(cfg: Config, seeds: list[int], grid: list[dict], *, progress: bool =
     return None
   if out_cfg.distributed:
     _initialize_distributed(jax, out_cfg)
+  devices = jax.devices() if out_cfg.distributed else host_devices.devices(
+      out_cfg.host_devices)
   lead = jax.process_index() == 0  # writes files and prints progress
   say = progress and lead
   name = run_name(cfg)
   out = out_cfg.output_dir
-  if out is not None and lead:
-    _check_writable(out)
   fingerprint = run_fingerprint(cfg, seeds, grid)
   ckpt_path = os.path.join(out, checkpoint.FILE) if out else None
   if out_cfg.resume and out is None:
     raise UsageError("--resume needs an output directory (output_dir=) to resume from")
-  if out_cfg.resume and not os.path.exists(ckpt_path):
-    finished = _finished_run(out, fingerprint)
-    if finished is not None:
-      if say:
-        print(f"{out} already holds this run's results; nothing to do (--resume)")
-      summary = results.read_summary(out)  # its history is in metrics.csv
-      return Result(cfg, seeds, grid, summary, None, out, summary.get("diverged", []))
-  elif ckpt_path and os.path.exists(ckpt_path) and not out_cfg.resume:
-    raise UsageError(f"{out} holds the checkpoint of an unfinished run; add --resume to "
-                     "continue it, or give another --output_dir")
+  if out_cfg.resume and out_cfg.overwrite:
+    raise UsageError("--resume and --overwrite contradict each other: --resume continues the "
+                     "run in OUTPUT_DIR, --overwrite starts it over; give one")
+  if out_cfg.tensorboard and out is not None:
+    from fedjax_bench import tensorboard
+    tensorboard.check_installed()
+  if out is not None:
+    _inspect_output(out, cfg, fingerprint)  # its refusals come before the data loads
   exp = check(cfg, seeds)
   dataset, task = exp.dataset, exp.task
   memory.check_run(exp.build, task, exp.hparams, exp.world, len(seeds) * max(len(grid), 1),
-                   jax.device_count(), run_data=exp.run_data)
+                   len(devices), run_data=exp.run_data)
+  _with_privacy(None, cfg.algo, exp)  # a sampling it cannot account for fails now
+  digest = data_digest(exp)
+  if out is not None:
+    # Every check has passed: only now is the directory created (and locked).
+    if lead:
+      claim.take(out, cfg.data.cache_dir)
+    finished = _inspect_output(out, cfg, fingerprint, digest)
+    if finished is not None:
+      if say:
+        print(f"{out} already holds this run's results; nothing to do (--overwrite runs it "
+              "again)")
+      return Result(cfg, seeds, grid, finished, None, out, finished.get("diverged", []))
+    if out_cfg.overwrite and lead:
+      _clear(out)
   report = dataset.report()  # with --data_per_seed: seed 0's
   partitions = report if exp.per_seed is None else exp.per_seed.report()
 
@@ -144,34 +188,44 @@ def execute(cfg: Config, seeds: list[int], grid: list[dict], *, progress: bool =
     print(f"{name}: {cfg.algo} on {cfg.data.dataset} ({report['num_clients']} clients, "
           f"sizes {report['size_min']}..{report['size_max']}, "
           f"{report['mean_classes_per_client']:.1f} classes/client), {cfg.model.model}, "
-          f"seeds {seeds}{per_seed}, {jax.device_count()} {jax.default_backend()} device(s)",
+          f"seeds {seeds}{per_seed}, {host_devices.describe(devices)}",
           flush=True)
     if grid:
-      print(f"sweep: {len(grid)} grid points x {_count(len(seeds), 'seed')} = "
+      print(f"sweep: {len(grid)} grid points x {console.count(len(seeds), 'seed')} = "
             f"{len(grid) * len(seeds)} runs in one program", flush=True)
   run_config = {"name": name, "flags": cfg.flat(), "seeds": seeds, "grid": grid,
                 "argv": list(argv if argv is not None else sys.argv),
                 "started": datetime.datetime.now().isoformat(timespec="seconds"),
                 "fingerprint": fingerprint,
+                "data_digest": digest,
                 "environment": results.environment_info(),
+                "layout": host_devices.describe(devices),
                 "dataset": _short(report) if exp.per_seed is None else
                            [_short(r) for r in partitions["seeds"]]}
   ckpt = None
-  if out and (out_cfg.checkpoint_every or out_cfg.resume):
+  if out:
     if say and out_cfg.resume and os.path.exists(ckpt_path):
       print(f"resuming from {ckpt_path}", flush=True)
     on_save = (lambda history: results.write_metrics_csv(
         os.path.join(out, results.METRICS_FILE), history)) if lead else None
+    live = None
+    if out_cfg.tensorboard and lead:
+      live = tensorboard.LiveWriter(out)
+      claim.closers.append(live.close)
+    # With --checkpoint_every=0 it only keeps count of the rounds (and feeds TensorBoard).
     ckpt = engine.Checkpointing(ckpt_path, every=out_cfg.checkpoint_every or 1 << 30,
                                 fingerprint=fingerprint, resume=out_cfg.resume,
-                                on_save=on_save, max_share=out_cfg.checkpoint_max_share)
+                                on_save=on_save, max_share=out_cfg.checkpoint_max_share,
+                                data_digest=digest,
+                                on_history=live.update if live is not None else None)
+    claim.ckpt = ckpt
+    claim.save_on_interrupt = bool(out_cfg.checkpoint_every or out_cfg.resume)
   if out and lead and not (out_cfg.resume and os.path.exists(ckpt_path)):
     results.atomic_write_json(os.path.join(out, results.CONFIG_FILE), run_config)
-  _with_privacy(None, cfg.algo, exp)  # a sampling it cannot account for fails now
   output = engine.run(exp.build, task, exp.hparams, seeds=seeds, rounds=cfg.eval.rounds,
                       eval_every=cfg.eval.eval_every, grid=grid or None,
-                      on_eval=_print_progress if say else None, checkpoint=ckpt,
-                      run_data=exp.run_data)
+                      on_eval=console.print_progress if say else None, checkpoint=ckpt,
+                      run_data=exp.run_data, devices=devices)
   output = dataclasses.replace(output, history=_with_privacy(output.history, cfg.algo, exp))
   diverged = _diverged_list(output, grid)
   extra = {"diverged": diverged}
@@ -181,7 +235,7 @@ def execute(cfg: Config, seeds: list[int], grid: list[dict], *, progress: bool =
                                 final_window=cfg.eval.final_window, timing=output.timing,
                                 extra=extra)
     if out_cfg.tensorboard:
-      from fedjax_bench import tensorboard
+      live.close()
       tensorboard.write(out, output.history)
     if os.path.exists(ckpt_path):
       os.remove(ckpt_path)  # the results now hold everything it did
@@ -190,9 +244,9 @@ def execute(cfg: Config, seeds: list[int], grid: list[dict], *, progress: bool =
                                    output.timing, extra)
   result = Result(cfg, seeds, grid, summary, output.history, out, diverged)
   if say:
-    _print_final(result, output.timing)
+    console.print_final(result, output.timing)
   if lead and diverged:
-    _report_divergence(output, grid, out)
+    console.report_divergence(diverged, output.diverged.size, out)
   return result
 
 
@@ -215,23 +269,224 @@ def _with_privacy(history, algo: str, exp):
   return dataclasses.replace(history, metrics={**history.metrics, "dp_epsilon": eps})
 
 
-def _count(n: int, noun: str) -> str:
-  return f"{n} {noun}{'' if n == 1 else 's'}"
-
-
 def run_name(cfg: Config) -> str:
-  return cfg.run.name or f"{cfg.algo}_{cfg.data.dataset}_{cfg.model.model}"
+  name = cfg.run.name
+  if name is not None and (name in ("", ".", "..") or "/" in name or os.sep in name
+                           or (os.altsep and os.altsep in name)):
+    raise UsageError(f"--name={name!r} must be a plain name, without a path separator or "
+                     "'..' (it names a directory under results/runs/; --output_dir gives any "
+                     "path)")
+  return name or f"{cfg.algo}_{cfg.data.dataset}_{cfg.model.model}"
+
+
+LOCK_FILE = ".lock"
+# What --overwrite removes besides config.json (rewritten): the files a run writes.
+_RUN_FILES = (results.SUMMARY_FILE, results.METRICS_FILE, results.CURVES_FILE, "partition.json",
+              checkpoint.FILE)
+
+
+class _Claim:
+  """The output directory a run holds: its lock (released when the run ends), and its
+  checkpointing, for the one line that ends an interrupted or failed run."""
+
+  def __init__(self):
+    self.lock = None        # the open, flock-ed OUTPUT_DIR/.lock
+    self.ckpt = None        # engine.Checkpointing, once made
+    self.save_on_interrupt = False
+    self.closers = []       # called when the run ends, before the lock is released
+
+  def take(self, out: str, cache_dir: str | None) -> None:
+    import fcntl
+    try:
+      os.makedirs(out, exist_ok=True)
+      fd = os.open(os.path.join(out, LOCK_FILE),
+                   os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    except OSError as e:
+      raise UsageError(f"--output_dir={out!r} is not writable ({e.strerror})") from None
+    try:
+      fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+      os.close(fd)
+      raise UsageError(_in_use(out)) from None
+    self.lock = fd
+    # Temporary files of killed writes: ours to remove now that the directory is ours.
+    results.remove_temporaries(out)
+    from fedjax_bench.data.tfds_data import resolve_cache_dir
+    results.remove_orphaned_temporaries(resolve_cache_dir(cache_dir))
+
+  def release(self) -> None:
+    for close in self.closers:
+      try:
+        close()
+      except Exception:  # noqa: BLE001 (the run's own ending, or its error, comes first)
+        pass
+    if self.lock is not None:
+      os.close(self.lock)
+      self.lock = None
+
+  def interrupted(self) -> Interrupted:
+    """Saves the last completed block if it is due, and says where the run stopped."""
+    ck = self.ckpt
+    if ck is None:
+      return Interrupted("interrupted before the first round; nothing was saved")
+    note = ""
+    if self.save_on_interrupt and ck.pending is not None:
+      try:
+        ck.pending()
+      except OSError as e:
+        note = f" (the save of round {ck.round} failed: {e.strerror or e})"
+    if self.save_on_interrupt and ck.saved_round is not None and os.path.exists(ck.path):
+      return Interrupted(f"interrupted at round {ck.saved_round}{note}; rerun the same command "
+                         "with --resume to continue")
+    why = "" if self.save_on_interrupt else " (--checkpoint_every=0)"
+    return Interrupted(f"interrupted at round {ck.round}; nothing was saved{why}{note}")
+
+  def fault(self, e: OSError) -> str:
+    path = e.filename or (os.path.dirname(self.ckpt.path) if self.ckpt else "OUTPUT_DIR")
+    ck = self.ckpt
+    if ck is not None and ck.saved_round is not None and os.path.exists(ck.path):
+      kept = f"the last checkpoint (round {ck.saved_round}) is intact"
+    elif ck is not None and self.save_on_interrupt:
+      kept = "no checkpoint had been written yet"
+    else:
+      kept = "nothing was saved"
+    return f"could not write {path}: {e.strerror or e}; {kept}"
+
+
+def _in_use(out: str) -> str:
+  return (f"{out} is in use by another run (it holds {os.path.join(out, LOCK_FILE)} locked); "
+          "wait for it to end, or give another --output_dir")
 
 
 def _check_writable(out: str) -> None:
+  """That `out` (or, where it does not exist yet, its nearest parent) is writable; creates
+  nothing that stays. The probe is a new file (O_EXCL), never a planted link."""
+  import tempfile
+  if not os.path.isdir(out):
+    parent = os.path.dirname(os.path.abspath(out))
+    while not os.path.lexists(parent):
+      parent = os.path.dirname(parent)
+    if os.path.lexists(out) or not os.path.isdir(parent):
+      raise UsageError(f"--output_dir={out!r} is not writable "
+                       f"({out if os.path.lexists(out) else parent} is not a directory)")
+    if not os.access(parent, os.W_OK | os.X_OK):
+      raise UsageError(f"--output_dir={out!r} is not writable (cannot create it in {parent})")
+    return
   try:
-    os.makedirs(out, exist_ok=True)
-    probe = os.path.join(out, ".write_probe")
-    with open(probe, "w"):
-      pass
+    fd, probe = tempfile.mkstemp(dir=out, prefix=".write_probe.", suffix=".tmp")
+    os.close(fd)
     os.remove(probe)
   except OSError as e:
     raise UsageError(f"--output_dir={out!r} is not writable ({e.strerror})") from None
+
+
+def _lock_held(out: str) -> bool:
+  import fcntl
+  try:
+    fd = os.open(os.path.join(out, LOCK_FILE), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+  except OSError:
+    return False
+  try:
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    return False
+  except OSError:
+    return True
+  finally:
+    os.close(fd)  # releases the probe's lock
+
+
+def _inspect_output(out: str, cfg: Config, fingerprint: dict, digest: str | None = None):
+  """What `out` holds for this run, creating nothing: None to go ahead (nothing of ours,
+  this configuration's unfinished files, a checkpoint to --resume, or --overwrite), or the
+  summary of this configuration's finished run (nothing to do). The results or checkpoint
+  of another configuration (or other data), and a directory in use, are refused."""
+  _check_writable(out)
+  if not os.path.isdir(out):
+    return None
+  if digest is None and _lock_held(out):  # before the data loads; later the lock decides
+    raise UsageError(_in_use(out))
+  if cfg.run.overwrite:
+    return None
+  if os.path.exists(os.path.join(out, checkpoint.FILE)):
+    if not cfg.run.resume:
+      raise UsageError(f"{out} holds the checkpoint of an unfinished run; add --resume to "
+                       "continue it, --overwrite to start over, or give another --output_dir")
+    return None  # the engine checks its configuration, data and device layout
+  summary = _read_json(out, results.SUMMARY_FILE)
+  saved = summary if summary is not None else _read_json(out, results.CONFIG_FILE)
+  if saved is None:
+    return None
+  what = "results" if summary is not None else "files"
+  config = saved.get("config") if summary is not None else saved
+  if not isinstance(config, dict) or not isinstance(config.get("fingerprint"), dict):
+    raise _damaged(out, results.SUMMARY_FILE if summary is not None else results.CONFIG_FILE,
+                   "no fingerprint")
+  if config["fingerprint"] != fingerprint:
+    raise UsageError(f"{out} holds the {what} of another configuration "
+                     f"({checkpoint.difference(config['fingerprint'], fingerprint)}); give "
+                     "another --output_dir (or --name), or --overwrite to replace them")
+  there = config.get("data_digest")
+  if digest is not None and there is not None and there != digest:
+    raise UsageError(f"{out} holds the {what} of this configuration on other data (data "
+                     f"digest {there} there, {digest} now: --data_dir or the data files "
+                     "changed); give another --output_dir, or --overwrite to replace them")
+  if summary is None:
+    return None  # this configuration's unfinished files, without a checkpoint: start over
+  rounds = config.get("flags", {}).get("rounds")
+  if rounds != cfg.eval.rounds:
+    raise UsageError(f"{out} holds this configuration's finished run of --rounds={rounds}, "
+                     "and a finished run keeps no state to continue from: rerun with "
+                     f"--rounds={cfg.eval.rounds} and --overwrite (or give another "
+                     "--output_dir)")
+  return summary
+
+
+def _read_json(out: str, name: str):
+  """The JSON object in OUT/NAME, None if there is no such file; a damaged one is an error."""
+  path = os.path.join(out, name)
+  if not os.path.lexists(path):
+    return None
+  try:
+    with open(path, encoding="utf-8") as f:
+      obj = json.load(f)
+  except (OSError, ValueError) as e:
+    raise _damaged(out, name, getattr(e, "strerror", None) or type(e).__name__) from None
+  if not isinstance(obj, dict):
+    raise _damaged(out, name, "not a JSON object")
+  return obj
+
+
+def _damaged(out: str, name: str, why: str) -> UsageError:
+  return UsageError(f"{os.path.join(out, name)} is damaged ({why}); delete it or use "
+                    "--overwrite to run again")
+
+
+def _clear(out: str) -> None:
+  """--overwrite: the files of whatever run was there (config.json is rewritten)."""
+  import shutil
+  for name in _RUN_FILES:
+    path = os.path.join(out, name)
+    if os.path.lexists(path):
+      os.remove(path)
+  shutil.rmtree(os.path.join(out, "tensorboard"), ignore_errors=True)
+
+
+def data_digest(exp) -> str:
+  """A digest of the data a run trains and is scored on (every example, label and client
+  layout; with --data_per_seed the pooled examples), recorded in config.json and in the
+  checkpoint: a resume must find the same data. Not in `run_fingerprint`."""
+  import hashlib
+  ds = exp.dataset if exp.per_seed is None else exp.per_seed.pool
+  parts = [ds.train.x, ds.train.y, ds.train.offsets, ds.train.counts, ds.test_x, ds.test_y]
+  if ds.client_test is not None:
+    parts += [ds.client_test.x, ds.client_test.y, ds.client_test.offsets,
+              ds.client_test.counts]
+  h = hashlib.blake2b(digest_size=16)
+  for a in parts:
+    a = np.ascontiguousarray(a)
+    h.update(f"{a.dtype.str}{a.shape};".encode())
+    h.update(memoryview(a).cast("B"))
+  return h.hexdigest()
 
 
 def _short(report: dict) -> dict:
@@ -241,8 +496,8 @@ def _short(report: dict) -> dict:
 
 # Settings that change neither the numbers nor which runs there are: a checkpoint written
 # with other values of these still resumes. (--rounds may grow to extend a run.)
-_NOT_IN_FINGERPRINT = ("output_dir", "name", "resume", "check_only", "checkpoint_every",
-                       "checkpoint_max_share",
+_NOT_IN_FINGERPRINT = ("output_dir", "name", "resume", "overwrite", "check_only",
+                       "checkpoint_every", "checkpoint_max_share",
                        "data_dir", "cache_dir", "distributed", "coordinator_address",
                        "num_processes", "process_id", "rounds", "tensorboard",
                        "compile_cache")
@@ -252,7 +507,13 @@ _NOT_IN_FINGERPRINT = ("output_dir", "name", "resume", "check_only", "checkpoint
 # behaviour from before they existed): at that default they are left out of the
 # fingerprint, so a run made before keeps its key (`claims.store.config_key`). Their
 # defaults must stay "off".
-_OMITTED_AT_DEFAULT = ("holdout_fraction", "lstm_hidden", "min_samples", "test_examples")
+# --host_devices's default, 2, is the layout every run recorded before it existed was made
+# on (2-core machines, one CPU device per core).
+_OMITTED_AT_DEFAULT = ("holdout_fraction", "lstm_hidden", "min_samples", "test_examples",
+                       "host_devices")
+# Likewise an algorithm's settings added after its runs were recorded, at the value that
+# was its behaviour before (SCAFFOLD and FedDyn averaged uniformly before --weighting).
+_OMITTED_FOR = {"scaffold": {"weighting": "uniform"}, "feddyn": {"weighting": "uniform"}}
 
 
 def run_fingerprint(cfg: Config, seeds: list[int], grid: list[dict]) -> dict:
@@ -260,27 +521,11 @@ def run_fingerprint(cfg: Config, seeds: list[int], grid: list[dict]) -> dict:
   and the grid (a JSON round trip, so it compares equal to the one read back from a file)."""
   defaults = {name: spec.default for cls in config_lib.classes(cfg.algo)
               for name, spec in settings.specs(cls).items() if name in _OMITTED_AT_DEFAULT}
+  defaults.update(_OMITTED_FOR.get(cfg.algo, {}))
   fp = {k: v for k, v in sorted(cfg.flat().items()) if k not in _NOT_IN_FINGERPRINT
         and not (k in defaults and v == defaults[k])}
   fp.update(seeds=list(seeds), grid=list(grid))
   return json.loads(json.dumps(fp))
-
-
-def _finished_run(out: str, fingerprint: dict):
-  """The exit status of the finished run of this configuration in `out`, or None if there is
-  none; a finished run of another configuration there is an error."""
-  path = os.path.join(out, results.SUMMARY_FILE)
-  if not os.path.exists(path):
-    return None
-  try:
-    summary = results.read_summary(out)
-  except (OSError, ValueError, UsageError):
-    return None  # a damaged summary: run again, overwriting it
-  saved = summary.get("config", {}).get("fingerprint")
-  if saved != fingerprint:
-    raise UsageError(f"--resume: {out} holds the results of another configuration; give "
-                     "the same flags, or another --output_dir")
-  return 1 if summary.get("diverged") else 0
 
 
 def _diverged_list(output, grid) -> list:
@@ -288,14 +533,6 @@ def _diverged_list(output, grid) -> list:
   seeds = output.history.seeds
   return [{"hparams": grid[g] if grid else {}, "seed": seeds[s], "round": int(r)}
           for (g, s), r in np.ndenumerate(output.diverged) if r > 0]
-
-
-def _point_label(hparams: dict) -> str:
-  return " ".join(f"{k}={v:g}" for k, v in hparams.items())
-
-
-def _run_label(hparams: dict, seed: int) -> str:
-  return f"{_point_label(hparams)} seed {seed}" if hparams else f"seed {seed}"
 
 
 def _initialize_distributed(jax, run_cfg) -> None:
@@ -309,51 +546,3 @@ def _initialize_distributed(jax, run_cfg) -> None:
   jax.config.update("jax_cpu_collectives_implementation", "gloo")
   jax.distributed.initialize(**kwargs)
 
-
-def _fmt(stat, spec: str = ".4f") -> str:
-  if stat["mean"] is None:
-    return "nan"
-  return f"{stat['mean']:{spec}} ± {stat['std']:{spec}}"
-
-
-def _print_progress(p) -> None:
-  m = p.metrics
-  shown = " ".join(f"{k} {m[k]:.4g}" for k in ("test_accuracy", "test_loss", "train_loss",
-                                               "optimality_gap", "cum_time") if k in m)
-  eta = datetime.timedelta(seconds=round(p.eta_seconds))
-  print(f"round {p.round:>6}/{p.rounds} | {shown} | {rate(p.rounds_per_second)} | ETA {eta}",
-        flush=True)
-
-
-def _print_final(result: Result, timing: dict) -> None:
-  final = result.summary["final"]
-  points = ([(f"{_point_label(p['hparams'])}: ", i)
-             for i, p in enumerate(final["test_accuracy"])] if result.grid else [("", None)])
-  for label, i in points:
-    pick = lambda stat: stat if i is None else stat[i]
-    gap = (f", optimality_gap {_fmt(pick(final['optimality_gap']), '.3e')}"
-           if "optimality_gap" in final else "")
-    print(f"{label}test_accuracy {_fmt(pick(final['test_accuracy']))}, train_loss "
-          f"{_fmt(pick(final['train_loss']))}{gap}")
-  where = f"; results in {result.output_dir}" if result.output_dir else ""
-  print(f"done: {rate(timing['rounds_per_second'])}, "
-        f"compile {timing['compile_seconds']:.1f}s{where}")
-
-
-def rate(rounds_per_second: float) -> str:
-  if rounds_per_second >= 1:
-    return f"{rounds_per_second:.1f} rounds/s"
-  return f"{1 / max(rounds_per_second, 1e-12):.1f} s/round"
-
-
-def _report_divergence(output, grid, out) -> None:
-  """One line on stderr naming the runs that diverged and where."""
-  bad = _diverged_list(output, grid)
-  runs = output.diverged.size
-  shown = ", ".join(f"{_run_label(d['hparams'], d['seed'])} at round {d['round']}"
-                    for d in bad[:4]) + (", ..." if len(bad) > 4 else "")
-  rest = "the others ran to the end; " if len(bad) < runs else ""
-  where = f"results up to the divergence were written to {out}" if out else \
-      "results up to the divergence are in the result"
-  sys.stderr.write(f"error: {len(bad)} of {runs} runs diverged (non-finite parameters or loss): "
-                   f"{shown}; {rest}{where}\n")

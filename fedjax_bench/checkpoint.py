@@ -43,8 +43,7 @@ def load(path: str) -> tuple[list, list, list, dict]:
     meta = json.loads(arrays.pop("meta").tobytes().decode())
     if meta.get("format") != FORMAT:
       raise ValueError(f"format {meta.get('format')!r}, expected {FORMAT}")
-    for key in ("fingerprint", "run_seconds", "diverged"):
-      meta[key]  # noqa: B018 (KeyError if absent)
+    _check_meta(meta)
     leaves = [arrays[f"leaf_{i}"] for i in range(meta["num_leaves"])]
     eval_rounds = meta["eval_rounds"]
     records = []
@@ -52,11 +51,35 @@ def load(path: str) -> tuple[list, list, list, dict]:
       part = lambda kind: {k.split(".", 1)[1]: v for k, v in arrays.items()
                            if k.startswith(f"{kind}_{e}.")}
       records.append((part("eval"), part("block")))
-  except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile,
-          UnicodeDecodeError) as e:
-    raise UsageError(f"checkpoint {path} is corrupt ({type(e).__name__}: {e}); delete it to "
-                     "start over") from None
+  except (OSError, ValueError, KeyError, TypeError, AttributeError, EOFError,
+          zipfile.BadZipFile, UnicodeDecodeError) as e:
+    raise corrupt(path, f"{type(e).__name__}: {e}") from None
   return leaves, records, eval_rounds, meta
+
+
+def corrupt(path: str, why: str) -> UsageError:
+  why = why if len(why) <= 80 else why[:77] + "..."
+  return UsageError(f"checkpoint {path} is corrupt ({why}); delete it or use "
+                    "--overwrite to start over")
+
+
+def _check_meta(meta: dict) -> None:
+  """The types the reader relies on (ValueError otherwise): a damaged header must not pass
+  as a state (a short `diverged` list would be broadcast over the runs)."""
+  is_int = lambda v: isinstance(v, int) and not isinstance(v, bool)
+  if not isinstance(meta.get("fingerprint"), dict):
+    raise ValueError("no fingerprint")
+  if not isinstance(meta.get("run_seconds"), (int, float)):
+    raise ValueError("run_seconds is not a number")
+  if not is_int(meta.get("num_leaves")) or meta["num_leaves"] < 0:
+    raise ValueError("num_leaves is not a count")
+  rounds = meta.get("eval_rounds")
+  if (not isinstance(rounds, list) or not rounds or not all(map(is_int, rounds))
+      or any(b <= a for a, b in zip(rounds, rounds[1:])) or rounds[0] != 0):
+    raise ValueError(f"eval_rounds {_short(rounds)} are not increasing rounds from 0")
+  diverged = meta.get("diverged")
+  if not isinstance(diverged, list) or not all(map(is_int, diverged)):
+    raise ValueError("diverged is not a list of rounds")
 
 
 def check_matches(path: str, meta: dict, fingerprint: dict) -> None:
@@ -64,14 +87,19 @@ def check_matches(path: str, meta: dict, fingerprint: dict) -> None:
   saved = meta.get("fingerprint", {})
   if saved == fingerprint:
     return
-  keys = sorted(set(saved) | set(fingerprint))
-  diff = [k for k in keys if saved.get(k) != fingerprint.get(k)]
-  shown = ", ".join(f"{k}: {_short(saved.get(k))} there, {_short(fingerprint.get(k))} now"
-                    for k in diff[:3])
-  raise UsageError(f"checkpoint {path} was written by another configuration ({shown}); "
-                   "give the same flags, or another --output_dir")
+  raise UsageError(f"checkpoint {path} was written by another configuration "
+                   f"({difference(saved, fingerprint)}); give the same flags, another "
+                   "--output_dir, or --overwrite to start over")
 
 
-def _short(value: Any) -> str:
+def difference(saved: dict, now: dict) -> str:
+  """The first settings in which two fingerprints differ: "k: a there, b now, ..."."""
+  keys = sorted(set(saved) | set(now))
+  diff = [k for k in keys if saved.get(k) != now.get(k)]
+  return ", ".join(f"{k}: {_short(saved.get(k))} there, {_short(now.get(k))} now"
+                   for k in diff[:3])
+
+
+def _short(value: Any, width: int = 40) -> str:
   text = json.dumps(value)
-  return text if len(text) <= 40 else text[:37] + "..."
+  return text if len(text) <= width else text[:width - 3] + "..."

@@ -4,11 +4,13 @@
     python -m fedjax_bench ...      fedjax-bench ...      (the same program)
 
 Bad input exits with status 2 and one line on stderr, before anything is written; a run
-that diverged exits with 1.
+that diverged, or a write that failed (disk full), exits with 1; Ctrl-C and SIGTERM save
+the last completed block and exit with 130 and 143, each with one line.
 """
 
 import logging
 import os
+import signal
 import sys
 from typing import Sequence
 
@@ -29,6 +31,9 @@ def parse_argv(argv: Sequence[str]) -> list[str]:
   except absl_flags.Error as e:
     sys.stderr.write(f"error: {e}\n")
     sys.exit(2)
+  except UnicodeDecodeError as e:  # absl reads each --flagfile as UTF-8 text
+    sys.stderr.write(f"error: a --flagfile is not a text file ({e.reason} at byte {e.start})\n")
+    sys.exit(2)
 
 
 def resolve_flags() -> tuple[config.Config, list[int], list[dict]]:
@@ -42,7 +47,27 @@ def check_flags(dataset=None):
   return api.check(cfg, seeds, dataset=dataset)
 
 
+class Terminated(KeyboardInterrupt):
+  """SIGTERM, raised where the run is, so that it ends as Ctrl-C does."""
+
+
+def _terminate(signum, frame):
+  raise Terminated()
+
+
 def main(argv: Sequence[str]) -> int:
+  try:  # SIGTERM ends a run as Ctrl-C does (the command line's, not the library's)
+    previous = signal.signal(signal.SIGTERM, _terminate)
+  except ValueError:  # not the main thread
+    previous = None
+  try:
+    return _main(argv)
+  finally:
+    if previous is not None:
+      signal.signal(signal.SIGTERM, previous)
+
+
+def _main(argv: Sequence[str]) -> int:
   try:
     if len(argv) > 1:
       raise UsageError(f"unexpected arguments {' '.join(argv[1:])!r}; flags look like "
@@ -55,6 +80,13 @@ def main(argv: Sequence[str]) -> int:
   except UsageError as e:
     sys.stderr.write(f"error: {e}\n")
     return 2
+  except api.Fault as e:
+    sys.stderr.write(f"error: {e}\n")
+    return 1
+  except KeyboardInterrupt as e:
+    sys.stderr.write(f"{e if isinstance(e, api.Interrupted) else 'interrupted'}\n")
+    terminated = isinstance(e, Terminated) or isinstance(e.__context__, Terminated)
+    return 128 + (signal.SIGTERM if terminated else signal.SIGINT)
 
 
 def run_script(main) -> None:
@@ -74,7 +106,5 @@ def run_script(main) -> None:
 
 def entry() -> None:
   """The ``fedjax-bench`` console script and ``python -m fedjax_bench``."""
-  from fedjax_bench import host_devices
-  host_devices.use_all_cores()
   from absl import app
   app.run(main, flags_parser=parse_argv)

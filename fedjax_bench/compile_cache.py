@@ -17,6 +17,7 @@ import os
 
 from fedjax_bench.data.tfds_data import resolve_cache_dir
 from fedjax_bench.errors import UsageError
+from fedjax_bench.settings import can_be_directory
 
 ENV = "FEDJAX_BENCH_COMPILE_CACHE"
 MAX_GB = 4.0  # the pruning threshold
@@ -24,11 +25,19 @@ MAX_GB_ENV = "FEDJAX_BENCH_COMPILE_CACHE_GB"
 
 
 def directory(cache_dir: str | None = None) -> str | None:
-  """Where compiled programs are kept, or None when $FEDJAX_BENCH_COMPILE_CACHE is "off"."""
+  """Where compiled programs are kept, or None when $FEDJAX_BENCH_COMPILE_CACHE is "off";
+  UsageError when a file is in the way."""
   env = os.environ.get(ENV)
   if env in ("off", "0", "false"):
     return None
-  return env or str(resolve_cache_dir(cache_dir) / "xla")
+  path = env or str(resolve_cache_dir(cache_dir) / "xla")
+  if not can_be_directory(path):
+    data_env = os.environ.get("FEDJAX_BENCH_CACHE")
+    given = (f"${ENV}={env}" if env else f"--cache_dir={cache_dir}" if cache_dir else
+             f"$FEDJAX_BENCH_CACHE={data_env}" if data_env else f"the cache directory {path}")
+    raise UsageError(f"{given} names a file, not a directory; give a directory"
+                     + (", or 'off'" if env else ""))
+  return path
 
 
 def enable(cache_dir: str | None = None) -> str | None:

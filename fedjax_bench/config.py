@@ -14,7 +14,7 @@ import dataclasses
 from typing import Any, Mapping
 
 from fedjax_bench import algorithms, paper_defaults, settings
-from fedjax_bench.data.settings import DataSettings
+from fedjax_bench.data.settings import SEED_LIMITS, DataSettings
 from fedjax_bench.errors import UsageError
 from fedjax_bench.models.settings import ModelSettings
 from fedjax_bench.run_settings import EvalSettings, RunSettings
@@ -92,6 +92,10 @@ def resolve(values: Mapping[str, Any] | None = None, *, seeds=(0,), **kwargs) ->
   flat = paper_defaults.with_defaults(flat, given, seeds=seeds)
   cfg = _build(flat, given)
   _check(cfg, algorithm)
+  top = max(seeds, default=0)
+  if cfg.data.data_per_seed and cfg.data.partition_seed + top > SEED_LIMITS[1]:
+    raise UsageError(f"--data_per_seed: seed {top} draws its data from --partition_seed + "
+                     f"{top} = {cfg.data.partition_seed + top}, beyond {SEED_LIMITS[1]}")
   return cfg
 
 
@@ -153,7 +157,8 @@ def _no_effect(names, algo: str) -> None:
 
 def check_sweep(cfg: Config, names) -> None:
   """A grid may vary only the algorithm's settings declared sweepable (they shape no array
-  and no Python control flow)."""
+  and no Python control flow) that take effect; ``names`` {name: values} has each value
+  checked as the setting's flag would be."""
   own = settings.specs(type(cfg.hparams))
   for name in names:
     if name not in own:
@@ -165,6 +170,14 @@ def check_sweep(cfg: Config, names) -> None:
                        "or run one value per invocation")
     if name in cfg.given:
       raise UsageError(f"--{name} is given and swept by --sweep; give one")
+    for value in names[name] if isinstance(names, Mapping) else ():
+      try:
+        own[name].convert(value)  # the check of a flag's or a keyword's value
+      except UsageError as e:
+        raise UsageError(f"--sweep={name}: {e}") from None
+  unused = settings.unused(cfg.hparams, names)
+  if unused:
+    _no_effect(unused, cfg.algo)
 
 
 def sweepable(cfg: Config) -> list[str]:

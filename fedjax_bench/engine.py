@@ -8,6 +8,7 @@ depend neither on the other runs nor on how many devices share them.
 """
 
 import dataclasses
+import functools
 import os
 import time
 from typing import Callable, Optional
@@ -64,6 +65,15 @@ class Checkpointing:
   aside). A kill then loses the rounds since the last save, which may be more than one
   block; what is saved is unchanged, so resuming stays bit-identical. 0 (also with several
   processes): every due save is written. The defaults are `RunSettings`'s.
+
+  A checkpoint also records `data_digest` (the data's, `api.data_digest`) and the device
+  layout (backend, devices of the run's mesh); a resume on other data or another layout,
+  whose numbers would follow another trajectory, is refused. `on_history(history)` is
+  called after every evaluation with the history so far (TensorBoard's event files).
+
+  `run` keeps `round` (the last completed one), `saved_round` (the last one saved) and
+  `pending` (a call that saves the last completed block, None once it is saved): what an
+  interrupt saves (`api.execute`).
   """
   path: str
   every: int = _RUN_DEFAULTS["checkpoint_every"].default
@@ -71,15 +81,21 @@ class Checkpointing:
   resume: bool = False
   on_save: Optional[Callable[[History], None]] = None
   max_share: float = _RUN_DEFAULTS["checkpoint_max_share"].default
+  data_digest: Optional[str] = None
+  on_history: Optional[Callable[[History], None]] = None
+  round: int = 0
+  saved_round: Optional[int] = None
+  pending: Optional[Callable[[], None]] = None
 
 
 @dataclasses.dataclass
 class Progress:
   round: int
   rounds: int
-  metrics: dict     # name -> mean over runs
+  metrics: dict     # name -> [G] the mean over each grid point's seeds (NaN ones skipped)
   rounds_per_second: float
   eta_seconds: float
+  grid: list = dataclasses.field(default_factory=lambda: [{}])  # the G points; [{}]: none
 
 
 def _grid_arrays(grid: list[dict], num_seeds: int) -> dict:
@@ -282,8 +298,9 @@ def run(build: Builder, task: Task, hparams: dict, *, seeds: list[int], rounds: 
     return block_exes[length]
 
   resumed = None
+  layout = {"backend": jax.default_backend(), "devices": int(sharding.mesh.devices.size)}
   if checkpoint is not None and checkpoint.resume and os.path.exists(checkpoint.path):
-    resumed = _restore(checkpoint, state, state_sharding, num_clients)
+    resumed = _restore(checkpoint, state, state_sharding, num_clients, layout, num_runs)
   # Per run, 0 or the round from which it diverged: its parameters (checked every round
   # on the device, state[3]) or its evaluated losses (checked here) were not finite.
   if resumed is None:
@@ -298,6 +315,8 @@ def run(build: Builder, task: Task, hparams: dict, *, seeds: list[int], rounds: 
       raise UsageError(f"checkpoint {checkpoint.path} is at round {done}, past "
                        f"--rounds={rounds}")
   start_done, start_seconds = done, run_seconds
+  if checkpoint is not None:
+    checkpoint.round, checkpoint.saved_round = done, None if resumed is None else done
   last_save = None  # (perf_counter at its end, its seconds)
   while done < rounds and not np.all(diverged > 0):
     length = min(eval_every, rounds - done)
@@ -311,16 +330,15 @@ def run(build: Builder, task: Task, hparams: dict, *, seeds: list[int], rounds: 
     diverged = _diverged(diverged, on_device, evals, done)
     eval_rounds.append(done)
     records.append(_mask_diverged((evals, block_metrics), diverged))
-    if (checkpoint is not None and (len(records) - 1) % max(checkpoint.every, 1) == 0
-        and _save_affordable(checkpoint, last_save)):
-      t_save = time.perf_counter()
-      _save(checkpoint, state, records, eval_rounds, run_seconds, diverged, seeds, grid,
-            num_clients)
-      last_save = (time.perf_counter(), time.perf_counter() - t_save)
+    if checkpoint is not None:
+      save = functools.partial(_save, checkpoint, state, list(records), list(eval_rounds),
+                               run_seconds, diverged, seeds, grid, num_clients, layout)
+      last_save = _after_block(checkpoint, save, last_save, done, len(records) - 1,
+                               lambda: _history(eval_rounds, records, seeds, grid))
     if on_eval is not None:
       rps = (done - start_done) / max(run_seconds - start_seconds, 1e-9)
-      means = {k: _mean_finite(v) for k, v in {**evals, **block_metrics}.items()}
-      on_eval(Progress(done, rounds, means, rps, (rounds - done) / rps))
+      means = {k: _point_means(v, len(grid)) for k, v in {**evals, **block_metrics}.items()}
+      on_eval(Progress(done, rounds, means, rps, (rounds - done) / rps, grid))
   wall_seconds = time.perf_counter() - start
 
   history = _history(eval_rounds, records, seeds, grid)
@@ -369,11 +387,13 @@ def _all_finite(tree) -> jax.Array:
   return jnp.all(jnp.stack(leaves)) if leaves else jnp.array(True)
 
 
-def _mean_finite(values) -> float:
-  """The mean over runs of the non-NaN values (NaN if there are none), without warnings."""
-  v = np.asarray(values, np.float64)
-  v = v[~np.isnan(v)]
-  return float(v.mean()) if v.size else float("nan")
+def _point_means(values, num_points: int) -> np.ndarray:
+  """[G] the mean over each grid point's runs (its seeds; the run axis is grid-major) of
+  the non-NaN values, NaN where there are none, without warnings."""
+  v = np.asarray(values, np.float64).reshape(num_points, -1)
+  kept = ~np.isnan(v)
+  n = kept.sum(axis=1)
+  return np.where(n > 0, np.where(kept, v, 0.0).sum(axis=1) / np.maximum(n, 1), np.nan)
 
 
 def _diverged(diverged, on_device, evals, done: int) -> np.ndarray:
@@ -403,8 +423,22 @@ def _save_affordable(checkpoint: Checkpointing, last_save) -> bool:
   return time.perf_counter() - end >= cost / checkpoint.max_share
 
 
+def _after_block(checkpoint: Checkpointing, save, last_save, done: int, evaluations: int,
+                 history):
+  """Marks the block just completed as what an interrupt saves, saves it if due and
+  affordable, and feeds `on_history`; returns `last_save`."""
+  checkpoint.round, checkpoint.pending = done, save
+  if checkpoint.on_history is not None:
+    checkpoint.on_history(history())
+  if evaluations % max(checkpoint.every, 1) == 0 and _save_affordable(checkpoint, last_save):
+    t_save = time.perf_counter()
+    save()
+    last_save = (time.perf_counter(), time.perf_counter() - t_save)
+  return last_save
+
+
 def _save(checkpoint: Checkpointing, state, records, eval_rounds, run_seconds, diverged,
-          seeds, grid, num_clients=None) -> None:
+          seeds, grid, num_clients=None, layout=None) -> None:
   # The client states without the padding of their sharding: a checkpoint does not
   # depend on the number of devices.
   host = _unpadded(tuple(_fetch(tuple(state))), num_clients)
@@ -414,17 +448,37 @@ def _save(checkpoint: Checkpointing, state, records, eval_rounds, run_seconds, d
   checkpoint_lib.save(checkpoint.path, leaves=leaves, records=records,
                       eval_rounds=eval_rounds,
                       meta={"fingerprint": checkpoint.fingerprint, "run_seconds": run_seconds,
-                            "diverged": [int(r) for r in diverged]})
+                            "diverged": [int(r) for r in diverged], "layout": layout,
+                            "data_digest": checkpoint.data_digest})
+  checkpoint.saved_round, checkpoint.pending = int(eval_rounds[-1]), None
   if checkpoint.on_save is not None:
     checkpoint.on_save(_history(eval_rounds, records, seeds, grid))
 
 
-def _restore(checkpoint: Checkpointing, state, shardings, num_clients=None):
+def _restore(checkpoint: Checkpointing, state, shardings, num_clients=None, layout=None,
+             num_runs=None):
   """(state, eval_rounds, records, run_seconds, diverged) from the checkpoint file, checked against
-  the configuration and against the shapes of a freshly initialized state."""
+  the configuration, the data, the device layout and the shapes of a freshly initialized
+  state."""
   path = checkpoint.path
   leaves, records, eval_rounds, meta = checkpoint_lib.load(path)
   checkpoint_lib.check_matches(path, meta, checkpoint.fingerprint)
+  there = meta.get("data_digest")
+  if checkpoint.data_digest and there and there != checkpoint.data_digest:
+    raise UsageError(f"checkpoint {path} was made from other data (data digest {there} "
+                     f"there, {checkpoint.data_digest} now: --data_dir or the data files "
+                     "changed); give the same data, or --overwrite to start over")
+  saved = meta.get("layout")
+  if layout is not None and isinstance(saved, dict) and saved != layout:
+    raise UsageError(
+        f"checkpoint {path} was written on {saved.get('devices')} {saved.get('backend')} "
+        f"device(s) and this run has {layout['devices']} {layout['backend']} device(s), "
+        "so it would go on along another trajectory; resume on the recorded layout (on "
+        f"CPU: run with the same --host_devices (recorded: {saved.get('devices')})), or "
+        "--overwrite to start over")
+  if num_runs is not None and len(meta["diverged"]) != num_runs:
+    raise checkpoint_lib.corrupt(path, f"diverged has {len(meta['diverged'])} entries for "
+                                 f"{num_runs} runs")
   shapes = jax.eval_shape(lambda s: _unpadded(s, num_clients), tuple(state))
   fresh, treedef = jax.tree.flatten(shapes)
   if len(leaves) != len(fresh) or any(

@@ -7,11 +7,14 @@ only if the user gave it (`given_values`); everything else comes from the declar
 through `config.resolve`, exactly as in the Python API.
 """
 
+import sys
 from typing import Sequence
 
+import numpy as np
+from absl import app as absl_app
 from absl import flags
 
-from fedjax_bench import algorithms, config, settings
+from fedjax_bench import settings
 from fedjax_bench.errors import UsageError
 
 FLAGS = flags.FLAGS
@@ -19,12 +22,33 @@ _PREFIX = "fedjax_bench"
 # Flags that are not settings of a run: what to run, not how.
 RUN_ONLY = ("algo", "seeds", "sweep")
 ALIASES = {"toyfl_phi": "availability_phi"}
+# `keys.root` keys a seed as 32 bits: seed 2**32 would be seed 0 again.
+MAX_SEED = 2**32 - 1
+MAX_SEED_COUNT = 10**6  # --seeds=N: the runs of one program
+
+
+def add_algorithm(name: str) -> None:
+  """Flags for an algorithm registered after this module was imported (a notebook's or a
+  test's own): --algo accepts it, and its settings get flags of their own."""
+  if "algo" not in FLAGS:  # registered while this module imports: `_define_all` makes them
+    return
+  if name not in FLAGS["algo"].parser.enum_values:
+    FLAGS["algo"].parser.enum_values.append(name)
+  for setting, (spec, readers) in declarations().items():
+    if setting not in FLAGS:
+      _define(spec, readers)
+
+
+# After `add_algorithm`: importing the algorithms registers them, which calls it.
+from fedjax_bench import algorithms, config, paper_defaults  # noqa: E402
 
 
 def declarations() -> dict[str, tuple[settings.Spec, list[str]]]:
   """{name: (its declaration, the algorithms that read it, [] for the shared sections)}.
   An algorithm may give an inherited setting a default of its own; a setting declared
-  twice must otherwise be declared alike, and never both shared and an algorithm's."""
+  twice must otherwise be declared alike, and never both shared and an algorithm's. A
+  setting several algorithms declare is filed under (with the default of) the one named
+  like the section that declares it (fedprox's prox_mu, not FedALIGN's), else the first."""
   shared = {}
   for cls in config.SECTIONS.values():
     shared.update(settings.specs(cls))
@@ -38,6 +62,8 @@ def declarations() -> dict[str, tuple[settings.Spec, list[str]]]:
       elif not _alike(out[name][0], spec):
         raise ValueError(f"setting {name!r} is declared differently by {algo}")
       out[name][1].append(algo)
+      if spec.title == algo:
+        out[name] = (spec, out[name][1])
   return out
 
 
@@ -54,13 +80,18 @@ def _help(spec: settings.Spec, readers: list[str]) -> str:
 
 
 def _other_defaults(spec: settings.Spec, readers: list[str]) -> str:
-  """' [default X for A, B]' where algorithms declare defaults of their own."""
-  own = {a: settings.specs(algorithms.get(a).Hparams)[spec.name].default for a in readers}
-  others = sorted(a for a, d in own.items() if d != spec.default)
+  """' [default X for A, B; Y for C]' where algorithms declare defaults of their own or
+  take their paper's (`paper_defaults.fixed`)."""
+  others = {}
+  for a in readers or algorithms.ALGORITHMS:
+    own = settings.specs(algorithms.get(a).Hparams).get(spec.name, spec)
+    default = paper_defaults.fixed(a).get(spec.name, own.default)
+    if default != spec.default:
+      others.setdefault(str(default), []).append(a)
   if not others:
     return ""
-  alt = sorted({str(own[a]) for a in others})
-  return f" [default {', '.join(alt)} for {', '.join(others)}]"
+  return " [default " + "; ".join(f"{d} for {', '.join(sorted(a))}"
+                                  for d, a in sorted(others.items())) + "]"
 
 
 def _define(spec: settings.Spec, readers: list[str]) -> None:
@@ -79,10 +110,17 @@ def _define(spec: settings.Spec, readers: list[str]) -> None:
                       text, module_name=module)
   else:
     flags.DEFINE_string(spec.name, spec.default, text, module_name=module)
-  if spec.check is not None:
-    check = spec.check
-    flags.register_validator(spec.name, lambda v: v is None or check.test(v),
-                             f"--{spec.name} {check.rule}")
+  flags.register_validator(spec.name, lambda v: _valid(spec, v))
+
+
+def _valid(spec: settings.Spec, value) -> bool:
+  """A flag's value passes the check a Python or a grid value passes: `Spec.convert`."""
+  if value is not None:
+    try:
+      spec.convert(value)
+    except UsageError as e:
+      raise flags.ValidationError(str(e)) from None
+  return True
 
 
 def _define_all() -> None:
@@ -101,18 +139,43 @@ def _define_all() -> None:
     flags.DEFINE_alias(alias, name, module_name=f"{_PREFIX} (aliases)")
 
 
+class _HelpFlag(flags.BooleanFlag):
+  """--help / --helpshort (this suite's flags) and --helpfull (then absl's own): the
+  usage on stdout and exit status 0, the flags of what to run first."""
+
+  def __init__(self, name: str, full: bool, short_name=None):
+    super().__init__(name, False, "show full help (with absl's own flags)" if full else
+                     "show this help (--helpfull: with absl's own flags)",
+                     short_name=short_name, allow_override=True, allow_hide_cpp=True)
+    self.full = full
+
+  def parse(self, argument):
+    if self._parse(argument):
+      sys.stdout.write(usage(self.full))
+      sys.exit(0)
+
+
+def usage(full: bool = False) -> str:
+  """The help text: the main module's docstring, then its flags, the flags of what to run
+  and the settings by section (and, ``full``, every other module's flags)."""
+  doc = getattr(sys.modules.get("__main__"), "__doc__", None) or f"{sys.argv[0]} [flags]"
+  modules = sorted(FLAGS.flags_by_module_dict())
+  first = [m for m in (sys.argv[0], f"{_PREFIX} (what to run)") if m in modules]
+  ours = first + sorted((m for m in modules if m.startswith(_PREFIX) and m not in first),
+                        key=lambda m: m.endswith("(aliases)"))
+  if full:
+    ours += [m for m in modules if m not in ours]
+  text = "".join(FLAGS.module_help(m) + "\n" for m in ours)
+  return (f"{doc.strip()}\n\nflags:\n{text}\n  --flagfile: a file of flags, one per line.\n"
+          + ("" if full else "\nTry --helpfull for absl's own flags too.\n"))
+
+
 if "algo" not in FLAGS:
   _define_all()
-
-
-def add_algorithm(name: str) -> None:
-  """Flags for an algorithm registered after this module was imported (a notebook's or a
-  test's own): --algo accepts it, and its settings get flags of their own."""
-  if name not in FLAGS["algo"].parser.enum_values:
-    FLAGS["algo"].parser.enum_values.append(name)
-  for setting, (spec, readers) in declarations().items():
-    if setting not in FLAGS:
-      _define(spec, readers)
+  absl_app.define_help_flags()  # absl's help flags first: ours replace them
+  for flag in (_HelpFlag("help", False, "?"), _HelpFlag("helpshort", False),
+               _HelpFlag("helpfull", True)):
+    flags.DEFINE_flag(flag, module_name="absl.app")
 
 
 def names() -> list[str]:
@@ -143,23 +206,32 @@ def passed_on(allowed, *, also=("seeds",), hint: str = "") -> dict:
 
 
 def parse_seeds(text) -> list[int]:
-  """--seeds: a count (3: seeds 0, 1, 2), a comma list ("5,7"), or (from Python) a list."""
-  if isinstance(text, (list, tuple)):
-    seeds = [int(s) for s in text]
-  elif isinstance(text, int) and not isinstance(text, bool):
-    seeds = list(range(text))
-  else:
-    try:
-      text = str(text)
-      if "," in text:
-        seeds = [int(s) for s in text.split(",") if s.strip()]
-      else:
-        seeds = list(range(int(text)))
-    except ValueError:
-      raise UsageError(f"--seeds={text!r} must be a count (3) or a list (5,7)") from None
-  if not seeds or len(set(seeds)) != len(seeds) or min(seeds) < 0:
-    raise UsageError(f"--seeds={text!r} must name at least one distinct non-negative seed")
+  """--seeds: a count (3: seeds 0, 1, 2), a comma list ("5,7"), or (from Python) a list.
+  A seed is an integer in [0, MAX_SEED]."""
+  try:
+    if isinstance(text, str) and "," not in text or not isinstance(text, str) and \
+        np.ndim(text) == 0:
+      count = _integer(text)
+      seeds = list(range(count)) if count <= MAX_SEED_COUNT else None
+    else:
+      items = text.split(",") if isinstance(text, str) else list(np.asarray(text, object))
+      seeds = [_integer(s) for s in items if not isinstance(s, str) or s.strip()]
+  except (TypeError, ValueError, OverflowError):
+    seeds = None
+  if not seeds or len(set(seeds)) != len(seeds) or not all(0 <= s <= MAX_SEED for s in seeds):
+    raise UsageError(f"--seeds={text!r} must be a count (3: seeds 0, 1, 2; at most "
+                     f"{MAX_SEED_COUNT}) or a list (5,7) of distinct integers in [0, {MAX_SEED}]")
   return seeds
+
+
+def _integer(value) -> int:
+  """``value`` as an int; ValueError if it is no integer (0.5, "1.7", True, nan)."""
+  if isinstance(value, str):
+    return int(value.strip())
+  value = value.item() if hasattr(value, "item") else value  # a NumPy scalar
+  if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+    raise ValueError(value)
+  return int(value)
 
 
 def parse_sweep(specs: Sequence[str]) -> dict[str, list[float]]:

@@ -4,7 +4,9 @@
 (`config.Config.flat`): the asynchronous algorithms on AREA's problems (spec 002 §5), the
 loss-aware aggregation algorithms on the FedSoftMax paper's MNIST setting (spec 003 §6)
 and the prioritized-FL algorithms' protocol (spec 004 §3). A default that does not depend
-on the dataset or on other settings is not here but in the algorithm's ``Hparams``.
+on the dataset or on other settings is not here but in the algorithm's ``Hparams``, unless
+it is a paper's choice of a setting that other algorithms share (participation, the
+aggregation weights): then it is here, and `fixed` lists it for the docs.
 """
 
 import types
@@ -149,13 +151,27 @@ def hetero_agg_defaults(cfg: dict, given) -> dict:
 
 
 # --- prioritized FL (spec 004 §3), for the flags not given ----------------------------------
+# Full participation (the algorithms sample P and the free clients themselves) and the
+# objective's weights p_k = D_k / sum_P D_i (every other algorithm aggregates uniformly).
+PRIORITIZED_DEFAULTS = {"participation": "full", "weighting": "data_size"}
+
+
+def fixed(algo: str) -> dict:
+  """{name: value} of the papers' defaults that ``algo`` takes on every dataset, whatever
+  else is given (FLAGS.md states them beside the declared defaults)."""
+  if algorithms.get(algo).kind != algorithms.PRIORITIZED:
+    return {}
+  out = dict(PRIORITIZED_DEFAULTS)
+  if algo == "local_model":
+    out["test_mix"] = "local_client"
+  return out
+
+
 def prioritized_defaults(cfg: dict, given) -> dict:
-  """Full participation (the algorithms sample P and the free clients themselves), a
-  warm-up of a tenth of the rounds, and the local model's test set on its own client."""
+  """`PRIORITIZED_DEFAULTS`, a warm-up of a tenth of the rounds, and the local model's test
+  set on its own client."""
   cfg = dict(cfg)
-  defaults = {"participation": "full"}
-  if cfg["algo"] == "local_model":
-    defaults["test_mix"] = "local_client"
+  defaults = fixed(cfg["algo"])
   for key, value in defaults.items():
     if key not in given:
       cfg[key] = value

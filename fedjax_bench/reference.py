@@ -104,7 +104,8 @@ CONFIGS = {
     "fedprox_all_clients": dict(num_priority=4, free_fraction=0.5),
     # The standard baselines.
     "fedprox": dict(participation="uniform", clients_per_round=5, prox_mu=0.1,
-                    straggler_fraction=0.5),  # partial work of 3 stragglers of 5 kept
+                    straggler_fraction=0.5,   # partial work of 3 stragglers of 5 kept
+                    weighting="data_size"),   # the paper's weights
     "scaffold": dict(participation="uniform", clients_per_round=5, local_epochs=1.0),
     "feddyn": dict(participation="uniform", clients_per_round=5, feddyn_alpha=0.1),
     "qfedavg": dict(participation="uniform", clients_per_round=5, qffl_q=2.0),

@@ -21,6 +21,8 @@ import json
 import math
 import os
 import platform
+import re
+import shutil
 import socket
 import sys
 import tempfile
@@ -54,8 +56,11 @@ def atomic_write_with(path: str | os.PathLike, write) -> None:
   place: readers see either the old or the complete new file, never part of one."""
   path = os.fspath(path)
   directory = os.path.dirname(os.path.abspath(path))
-  fd, tmp = tempfile.mkstemp(
-      dir=directory, prefix='.' + os.path.basename(path) + '.', suffix='.tmp')
+  try:
+    fd, tmp = tempfile.mkstemp(
+        dir=directory, prefix='.' + os.path.basename(path) + '.', suffix='.tmp')
+  except OSError as e:
+    raise WriteError(e.errno, e.strerror or str(e), path) from e
   try:
     with os.fdopen(fd, 'wb') as f:
       write(f)
@@ -63,10 +68,74 @@ def atomic_write_with(path: str | os.PathLike, write) -> None:
       os.fsync(f.fileno())
     os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give what open() would
     os.replace(tmp, path)
+  except OSError as e:
+    _remove_quietly(tmp)
+    raise WriteError(e.errno, e.strerror or str(e), path) from e
   except BaseException:
     _remove_quietly(tmp)
     raise
   _fsync_dir(directory)
+
+
+class WriteError(OSError):
+  """A file could not be written (disk full, read-only, its directory gone); `filename`
+  is the file, and the old one, if any, is intact."""
+
+
+# The temporary files of `atomic_write_with` (mkstemp: 8 characters of [a-z0-9_]) and of
+# `tensorboard.write` (mkdtemp).
+_TEMPORARY = re.compile(r'^\.(?:.+\.[a-z0-9_]{8}\.tmp|tensorboard\.[a-z0-9_]{8})$')
+# Those of the data and optimum caches: .NAME.PID.tmp.
+_PID_TEMPORARY = re.compile(r'^\..+\.(\d+)\.tmp$')
+
+
+def remove_temporaries(directory: str | os.PathLike) -> list[str]:
+  """Removes the temporary files (and directories) of our writers from `directory`, left by
+  writes that were killed; call it only while holding the directory (its run lock)."""
+  removed = []
+  for entry in os.scandir(directory):
+    if _TEMPORARY.match(entry.name):
+      if entry.is_dir(follow_symlinks=False):
+        shutil.rmtree(entry.path, ignore_errors=True)
+      else:
+        _remove_quietly(entry.path)
+      removed.append(entry.path)
+  return removed
+
+
+def remove_orphaned_temporaries(cache_dir: str | os.PathLike) -> list[str]:
+  """Removes the cache writers' temporary files (``.NAME.PID.tmp``, in `cache_dir` and its
+  subdirectories but the compilation cache) whose process is gone; a live one's are kept."""
+  removed = []
+  try:
+    entries = list(os.scandir(cache_dir))
+  except OSError:
+    return removed
+  dirs = [os.fspath(cache_dir)] + [e.path for e in entries
+                                   if e.is_dir(follow_symlinks=False) and e.name != 'xla']
+  for d in dirs:
+    try:
+      names = os.listdir(d)
+    except OSError:
+      continue
+    for name in names:
+      m = _PID_TEMPORARY.match(name)
+      path = os.path.join(d, name)
+      if (m and not _process_alive(int(m.group(1))) and os.path.isfile(path)
+          and not os.path.islink(path)):
+        _remove_quietly(path)
+        removed.append(path)
+  return removed
+
+
+def _process_alive(pid: int) -> bool:
+  try:
+    os.kill(pid, 0)
+  except (ProcessLookupError, OverflowError):
+    return False
+  except PermissionError:
+    return True  # another user's process
+  return True
 
 
 def _umask() -> int:
@@ -278,27 +347,77 @@ def write_metrics_csv(path: str | os.PathLike, history: History) -> None:
 # ---------------------------------------------------------------------------
 # Plots.
 
+# The metric that ranks a sweep's grid points: the first of these with a finite value.
+RANKING_METRICS = ('test_accuracy', 'optimality_gap', 'test_loss', 'train_loss')
+
+
+def higher_is_better(metric: str) -> bool:
+  """Whether a larger value of `metric` is better (accuracies); else smaller is (losses,
+  gaps)."""
+  return 'accuracy' in metric
+
+
+def best_index(values: Sequence[float | None], metric: str) -> int | None:
+  """The index of the best finite value by `metric`'s direction (the first of equals),
+  None if there is none."""
+  v = np.array([np.nan if x is None else x for x in values], np.float64)
+  v = np.where(np.isfinite(v), v, np.nan)
+  if np.all(np.isnan(v)):
+    return None
+  return int(np.nanargmax(v) if higher_is_better(metric) else np.nanargmin(v))
+
+
+def best_point(values: dict[str, Sequence[float | None]]) -> tuple[str, int] | None:
+  """(metric, index) of the best grid point: by the first of RANKING_METRICS in
+  ``values`` ({metric: one value per point}) with a finite value; None if none has."""
+  for metric in RANKING_METRICS:
+    if metric in values:
+      g = best_index(values[metric], metric)
+      if g is not None:
+        return metric, g
+  return None
+
 
 def plot_curves(path: str | os.PathLike,
                 history: History,
                 metrics: Sequence[str] = ('test_accuracy', 'train_loss'),
                 title: str = '',
                 x: np.ndarray | None = None,
-                xlabel: str = 'round') -> None:
-  """One PNG, one panel per metric present: mean over seeds with a ±1 std band."""
+                xlabel: str = 'round',
+                final_window: int | None = None) -> None:
+  """One PNG, one panel per metric present: mean over seeds with a ±1 std band.
+
+  A sweep (several grid points) has one curve per point, the best one (`best_point` of
+  the final values over `final_window`, as summary.json's) drawn thicker and named in one
+  legend below the panels, and a last panel of the final value against the swept
+  hyperparameter (`_plot_sweep_panel`).
+  """
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use('Agg')
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
 
   names = [m for m in metrics if m in history.metrics] or history.metric_names()[:1]
   xs = history.rounds if x is None else np.asarray(x).reshape(-1)
-  fig, axes = plt.subplots(1, max(len(names), 1), figsize=(5 * max(len(names), 1), 3.8),
-                           squeeze=False)
+  sweep = len(history.grid) > 1
+  final = summarize(history, final_window) if sweep else {}
+  best = best_point({m: [p['mean'] for p in final[m]] for m in final}) if sweep else None
+  panels = max(len(names), 1) + sweep
+  rows = -(-len(history.grid) // 3) if sweep else 0  # about the legend's rows
+  fig, axes = plt.subplots(1, panels, figsize=(5 * panels, 3.8 + 0.2 * rows), squeeze=False,
+                           layout='constrained')
   for ax, name in zip(axes[0], names):
-    _plot_panel(ax, xs, history, name, xlabel)
+    _plot_panel(ax, xs, history, name, xlabel, best=best and best[1], legend=not sweep)
+  if sweep:
+    _plot_sweep_panel(axes[0][-1], history, final, best, final_window)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    width = max(len(l) for l in labels) * 0.075 + 0.8  # inches per legend column
+    seeds = len(history.seeds)
+    fig.legend(handles, labels, loc='outside lower center', fontsize='small',
+               ncol=max(1, min(len(labels), int(5 * panels / width))),
+               title=f'grid point (mean over {seeds} seed{"s" * (seeds > 1)}'
+                     + (', ±1 std band)' if seeds > 1 else ')'))
   if title:
     fig.suptitle(title)
-  fig.tight_layout()
   save_figure(path, fig, dpi=120)
 
 
@@ -313,7 +432,8 @@ def save_figure(path: str | os.PathLike, fig: Any, dpi: int = 110) -> None:
   atomic_write_bytes(path, buf.getvalue())
 
 
-def _plot_panel(ax: Any, xs: np.ndarray, history: History, name: str, xlabel: str) -> None:
+def _plot_panel(ax: Any, xs: np.ndarray, history: History, name: str, xlabel: str,
+                best: int | None = None, legend: bool = True) -> None:
   values = history.metrics[name]  # [E, G, S]
   finite = np.where(np.isfinite(values), values, np.nan)
   with warnings.catch_warnings():
@@ -322,23 +442,84 @@ def _plot_panel(ax: Any, xs: np.ndarray, history: History, name: str, xlabel: st
     std = np.nanstd(finite, axis=2)
   n = len(history.seeds)
   several = n > 1
+  colors = _point_colors(len(history.grid))
   for g, point in enumerate(history.grid):
     label = _grid_label(point) or (f'seed {history.seeds[0]}' if n == 1 else 'mean')
-    if several:
+    if g == best:
+      label += ' (best)'
+    elif several and legend:
       label += ' (±1 std over seeds)'
-    (line,) = ax.plot(xs, mean[:, g], label=label)
+    (line,) = ax.plot(xs, mean[:, g], label=label, color=colors[g],
+                      linewidth=2.6 if g == best else 1.3, zorder=3 if g == best else 2)
     if several:
       ax.fill_between(xs, mean[:, g] - std[:, g], mean[:, g] + std[:, g],
-                      color=line.get_color(), alpha=0.2, linewidth=0)
+                      color=line.get_color(), alpha=0.2 if len(history.grid) < 4 else 0.1,
+                      linewidth=0)
   ax.set_xlabel(xlabel)
   ax.set_ylabel(name)
   ax.set_title(f'{name} ({n} seed{"" if n == 1 else "s"})')
   ax.grid(True, alpha=0.3)
-  ax.legend(fontsize='small')
+  if legend:
+    ax.legend(fontsize='small')
+
+
+def _point_colors(n: int) -> list:
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  if n <= 10:
+    return [matplotlib.colormaps['tab10'](i) for i in range(n)]
+  return [matplotlib.colormaps['viridis'](i / (n - 1)) for i in range(n)]
+
+
+def _plot_sweep_panel(ax: Any, history: History, final: dict,
+                      best: tuple[str, int] | None, final_window: int | None) -> None:
+  """The ranking metric's final value (seed mean, ±1 std error bars) against the swept
+  hyperparameter with the most values, one line per value of the other swept ones; a
+  log axis when the values span more than a decade; the best point starred."""
+  metric = best[0] if best else next(
+      (m for m in RANKING_METRICS if m in final), history.metric_names()[0])
+  grid = history.grid
+  keys = history.grid_keys()
+  distinct = {k: sorted({p[k] for p in grid if k in p}) for k in keys}
+  swept = [k for k in keys if len(distinct[k]) > 1] or keys[:1]
+  x_key = max(swept, key=lambda k: len(distinct[k]))
+  others = [k for k in swept if k != x_key]
+  lines: dict[tuple, list[int]] = {}
+  for g, point in enumerate(grid):
+    lines.setdefault(tuple(point.get(k) for k in others), []).append(g)
+  stats = final[metric]
+  value = lambda g, field: np.nan if stats[g][field] is None else stats[g][field]
+  for combo, members in sorted(lines.items(), key=lambda kv: [(v is None, v) for v in kv[0]]):
+    members.sort(key=lambda g: grid[g][x_key])
+    label = _grid_label(dict(zip(others, combo))) or None
+    ax.errorbar([grid[g][x_key] for g in members], [value(g, 'mean') for g in members],
+                yerr=[value(g, 'std') for g in members], marker='o', markersize=4,
+                capsize=3, label=label)
+  if best is not None:
+    g = best[1]
+    ax.plot([grid[g][x_key]], [value(g, 'mean')], marker='*', markersize=15, color='gold',
+            markeredgecolor='black', linestyle='none', zorder=5,
+            label=f'best: {_grid_label(grid[g])}'.replace(', ', ',\n'))
+  xs = np.asarray(distinct[x_key], np.float64)
+  if np.all(xs > 0) and xs.max() > 10 * xs.min():
+    ax.set_xscale('log')
+  if len(xs) <= 12:
+    ax.set_xticks(xs, [f'{v:g}' for v in xs], minor=False)
+    ax.minorticks_off()
+  ax.set_xlabel(x_key)
+  window = f'last {final_window} rounds' if final_window else 'last evaluation'
+  ax.set_ylabel(f'final {metric} ({window})')
+  ax.set_title(f'final {metric} by {x_key}')
+  ax.grid(True, alpha=0.3)
+  handles, labels = ax.get_legend_handles_labels()
+  if handles:
+    order = sorted(range(len(labels)), key=lambda i: labels[i].startswith('best: '))
+    ax.legend([handles[i] for i in order], [labels[i] for i in order], fontsize='small', title=', '.join(others) or None, title_fontsize='small',
+              loc='center left', bbox_to_anchor=(1.02, 0.5))
 
 
 def _grid_label(point: dict) -> str:
-  return ', '.join(f'{k}={v}' for k, v in point.items())
+  return ', '.join(f'{k}={v:g}' if isinstance(v, float) else f'{k}={v}'
+                   for k, v in point.items())
 
 
 # ---------------------------------------------------------------------------
@@ -370,14 +551,18 @@ def write_run(output_dir: str | os.PathLike,
   output_dir = os.fspath(output_dir)
   _ensure_writable_dir(output_dir)
   summary = make_summary(config, history, final_window, timing, extra)
+  # A failure here is a fault (WriteError, an OSError naming the file), not bad input.
+  atomic_write_json(os.path.join(output_dir, CONFIG_FILE), config)
+  write_metrics_csv(os.path.join(output_dir, METRICS_FILE), history)
+  atomic_write_json(os.path.join(output_dir, SUMMARY_FILE), summary)
+  curves = os.path.join(output_dir, CURVES_FILE)
   try:
-    atomic_write_json(os.path.join(output_dir, CONFIG_FILE), config)
-    write_metrics_csv(os.path.join(output_dir, METRICS_FILE), history)
-    atomic_write_json(os.path.join(output_dir, SUMMARY_FILE), summary)
-    plot_curves(os.path.join(output_dir, CURVES_FILE), history,
-                title=str(config.get('name') or ''))
+    plot_curves(curves, history, title=str(config.get('name') or ''),
+                final_window=final_window)
+  except WriteError:
+    raise
   except OSError as e:
-    raise UsageError(f'cannot write results to {output_dir}: {e.strerror or e}') from e
+    raise WriteError(e.errno, e.strerror or str(e), curves) from e
   return summary
 
 

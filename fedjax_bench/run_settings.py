@@ -41,8 +41,11 @@ class RunSettings:
       "save). A killed run loses the rounds since its last save: one block, or more when a "
       "save is slow next to a block. Changes no number.", check=PROBABILITY)
   resume: bool = setting(False, "Continue from OUTPUT_DIR/checkpoint.npz, bit-identically to "
-                         "a run never stopped (--rounds may grow); a finished run in "
-                         "OUTPUT_DIR is skipped.")
+                         "a run never stopped (--rounds may grow, but a finished run keeps "
+                         "no state to extend); a finished run in OUTPUT_DIR is skipped.")
+  overwrite: bool = setting(False, "Replace what OUTPUT_DIR holds (the results or checkpoint "
+                            "of another configuration, or this one's finished results) "
+                            "instead of refusing the run.")
   check_only: bool = setting(False, "Check the settings as a run would (load the data, build "
                              "the algorithm), then exit without training or writing anything.")
   distributed: bool = setting(False, "Run as one process of a multi-host job: calls "
@@ -55,3 +58,10 @@ class RunSettings:
                                check=NON_NEGATIVE)
   process_id: int = setting(-1, "--distributed: this process's index (-1: detect).",
                             check=at_least(-1))
+  host_devices: int = setting(
+      2, "CPU devices a run is split over (its runs, then each cohort's clients). The "
+      "split changes the last digits, and chaotic runs amplify them, so the layout is the "
+      "same on every machine whatever its cores, and recorded with the run; 0: one per core "
+      "(fastest on many cores, but the numbers then depend on the machine). GPU and TPU runs "
+      "use every accelerator; --distributed runs use every process's devices.",
+      check=NON_NEGATIVE, used_if=lambda run: not run.distributed)

@@ -11,6 +11,7 @@ these declarations; nothing else holds a default.
 
 import dataclasses
 import difflib
+import math
 from typing import Any, Callable, Mapping
 
 from fedjax_bench.errors import UsageError
@@ -26,21 +27,46 @@ POSITIVE = Check(lambda v: v > 0, "must be positive")
 NON_NEGATIVE = Check(lambda v: v >= 0, "must be >= 0")
 UNIT_INTERVAL = Check(lambda v: 0 < v <= 1, "must be in (0, 1]")
 PROBABILITY = Check(lambda v: 0 <= v <= 1, "must be in [0, 1]")
+DECAY = Check(lambda v: 0 <= v < 1, "must be in [0, 1)")  # a moving average's beta
+# An integer setting's range unless it declares its own: JAX's default integer (round
+# counters, sizes and indices are int32 arrays on the device).
+INT32 = (-2**31, 2**31 - 1)
+
+
+def can_be_directory(path) -> bool:
+  """Whether ``path`` is, or can be made, a directory: no file is it or a folder above it."""
+  import pathlib
+  path = pathlib.Path(path)
+  for p in (path, *path.parents):
+    if p.exists():
+      return p.is_dir()
+  return True
+
+
+DIRECTORY = Check(can_be_directory, "must name a directory, not a file")
 
 
 def at_least(bound) -> Check:
   return Check(lambda v: v >= bound, f"must be >= {bound}")
 
 
+def between(low, high) -> Check:
+  return Check(lambda v: low <= v <= high, f"must be in [{low}, {high}]")
+
+
 def setting(default, help: str, *, choices=None, sweep: bool = False, check: Check = None,
-            used_if: Callable[[Any], bool] = None, kind: type = None):
+            used_if: Callable[[Any], bool] = None, kind: type = None,
+            allow_inf: bool = False, limits: tuple = None):
   """One setting. ``kind`` is needed only when the default is None (then str).
   ``used_if(section) -> bool``: whether the value takes effect, given the other values of
-  the object it sits in (a value given while it does not is refused as having no effect)."""
+  the object it sits in (a value given while it does not is refused as having no effect).
+  A float is refused when NaN, and when infinite unless ``allow_inf``; an integer outside
+  ``limits`` (inclusive; default `INT32`)."""
   kind = kind or (str if default is None else type(default))
   return dataclasses.field(default=default, metadata={
       "help": help, "choices": tuple(choices) if choices is not None else None,
-      "sweep": sweep, "check": check, "used_if": used_if, "kind": kind})
+      "sweep": sweep, "check": check, "used_if": used_if, "kind": kind,
+      "allow_inf": allow_inf, "limits": limits})
 
 
 def section(title: str):
@@ -64,25 +90,41 @@ class Spec:
   check: Check | None
   used_if: Callable | None
   title: str  # the section that declares it
+  allow_inf: bool = False
+  limits: tuple | None = None
 
   def convert(self, value):
-    """``value`` as this setting's type, checked; UsageError naming the problem. An array
-    (a grid's traced value) passes unchanged."""
-    if hasattr(value, "shape") and hasattr(value, "dtype"):
-      return value
+    """``value`` as this setting's type, checked; UsageError naming the problem. A NumPy
+    or concrete JAX scalar is converted to its Python value first; a tracer or an array
+    of more than one dimension (a grid's values in the engine) passes unchanged."""
+    if hasattr(value, "shape") and hasattr(value, "dtype") and self.kind is not tuple:
+      if getattr(value, "ndim", None) != 0 or _is_tracer(value):
+        return value
+      # str: the shortest text of a float32 (np.float32(0.1) is 0.1, not 0.100000001...)
+      value = float(str(value)) if value.dtype.kind == "f" else value.item()
     name = f"--{self.name}={value!r}"
     if self.kind is bool:
       if not isinstance(value, (bool, int)) or value not in (0, 1):
         raise UsageError(f"{name} must be true or false")
       value = bool(value)
     elif self.kind is int:
-      if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+      if (isinstance(value, bool) or not isinstance(value, (int, float))
+          or (isinstance(value, float) and not math.isfinite(value)) or value != int(value)):
         raise UsageError(f"{name} must be an integer")
       value = int(value)
+      low, high = self.limits or INT32
+      if not low <= value <= high:
+        bound = f"at most {high}" if value > high else f"at least {low}"
+        raise UsageError(f"{name} is out of range; must be {bound}")
     elif self.kind is float:
       if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise UsageError(f"{name} must be a number")
-      value = float(value)
+      try:
+        value = float(value)
+      except OverflowError:  # an int beyond float's range
+        raise UsageError(f"{name} is out of range of a float") from None
+      if math.isnan(value) or (math.isinf(value) and not self.allow_inf):
+        raise UsageError(f"{name} must be a finite number")
     elif self.kind is tuple:
       if isinstance(value, str):
         value = [v for v in value.split(",") if v.strip()]
@@ -109,8 +151,15 @@ def specs(cls) -> dict[str, Spec]:
     owner = next(c for c in reversed(cls.__mro__) if f.name in getattr(c, "__annotations__", {})
                  and dataclasses.is_dataclass(c))
     out[f.name] = Spec(f.name, m["kind"], f.default, m["help"], m["choices"], m["sweep"],
-                       m["check"], m["used_if"], getattr(owner, "TITLE", owner.__name__))
+                       m["check"], m["used_if"], getattr(owner, "TITLE", owner.__name__),
+                       m.get("allow_inf", False), m.get("limits"))
   return out
+
+
+def _is_tracer(value) -> bool:
+  import sys
+  jax = sys.modules.get("jax")  # nothing is traced before jax is imported
+  return jax is not None and isinstance(value, jax.core.Tracer)
 
 
 def closest(name: str, valid) -> str:

@@ -14,11 +14,12 @@ import os
 import re
 import shutil
 import tempfile
+import time
 
 import numpy as np
 
 from fedjax_bench.errors import UsageError
-from fedjax_bench.results import History
+from fedjax_bench.results import History, WriteError
 
 TENSORBOARD_DIR = 'tensorboard'
 INSTALL_HINT = 'pip install tensorboardX'
@@ -37,13 +38,65 @@ def run_names(history: History) -> list[list[str]]:
            for s in history.seeds] for p in points]
 
 
-def write(out_dir: str | os.PathLike, history: History) -> list[str]:
-  """Writes the event files under `out_dir/tensorboard/`; returns the run directories."""
+def check_installed():
+  """(FileWriter, Summary) of tensorboardX; a UsageError saying how to install it."""
   try:
     from tensorboardX import FileWriter  # pylint: disable=g-import-not-at-top
     from tensorboardX.proto.summary_pb2 import Summary  # pylint: disable=g-import-not-at-top
   except ImportError as e:
     raise UsageError(f'TensorBoard event files need tensorboardX: {INSTALL_HINT}') from e
+  return FileWriter, Summary
+
+
+class LiveWriter:
+  """Event files written while a run goes, so that TensorBoard can watch it: `update`
+  (after every evaluation) appends the evaluations of a history not yet written, one file
+  per run, kept open and written through (tensorboardX's synchronous EventsWriter: its
+  FileWriter queues events for a thread). The first update replaces
+  `out_dir/tensorboard/` (a resumed run's restored evaluations included); `write`
+  replaces it again when the run ends."""
+
+  def __init__(self, out_dir: str | os.PathLike):
+    self._root = os.path.join(os.fspath(out_dir), TENSORBOARD_DIR)
+    self._writers = None  # [G][S] EventsWriter
+    self._written = 0
+
+  def update(self, history: History) -> None:
+    _, summary = check_installed()
+    from tensorboardX.event_file_writer import EventsWriter  # pylint: disable=g-import-not-at-top
+    from tensorboardX.proto.event_pb2 import Event  # pylint: disable=g-import-not-at-top
+    try:
+      if self._writers is None:
+        shutil.rmtree(self._root, ignore_errors=True)
+        self._writers = []
+        for row in run_names(history):
+          self._writers.append([])
+          for run in row:
+            os.makedirs(os.path.join(self._root, run), exist_ok=True)
+            self._writers[-1].append(EventsWriter(os.path.join(self._root, run, 'events')))
+      names = history.metric_names()
+      for g, row in enumerate(self._writers):
+        for s, writer in enumerate(row):
+          for e in range(self._written, len(history.rounds)):
+            values = [summary.Value(tag=m, simple_value=float(history.metrics[m][e, g, s]))
+                      for m in names]
+            writer.write_event(Event(wall_time=time.time(), step=int(history.rounds[e]),
+                                     summary=summary(value=values)))
+          writer.flush()
+    except OSError as e:
+      raise WriteError(e.errno, e.strerror or str(e), e.filename or self._root) from e
+    self._written = len(history.rounds)
+
+  def close(self) -> None:
+    for row in self._writers or []:
+      for writer in row:
+        writer.close()
+    self._writers = None
+
+
+def write(out_dir: str | os.PathLike, history: History) -> list[str]:
+  """Writes the event files under `out_dir/tensorboard/`; returns the run directories."""
+  FileWriter, Summary = check_installed()  # pylint: disable=invalid-name
   out_dir = os.fspath(out_dir)
   final = os.path.join(out_dir, TENSORBOARD_DIR)
   names = history.metric_names()
@@ -72,8 +125,8 @@ def write(out_dir: str | os.PathLike, history: History) -> list[str]:
     except BaseException:
       shutil.rmtree(tmp, ignore_errors=True)
       raise
-  except OSError as e:
-    raise UsageError(f'cannot write TensorBoard files to {final}: {e.strerror or e}') from e
+  except OSError as e:  # a fault, like any failed write of a run's files
+    raise WriteError(e.errno, e.strerror or str(e), e.filename or final) from e
   return [os.path.join(final, run) for row in runs for run in row]
 
 

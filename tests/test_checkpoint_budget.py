@@ -63,7 +63,7 @@ def test_the_budget_is_the_declared_setting_and_reaches_the_engine(tmp_path, mon
 
   monkeypatch.setattr(engine, "run", spy)
   common = dict(algo="fedavg", dataset="synthetic", num_clients=8, clients_per_round=2,
-                rounds=2, eval_every=1, seeds=[0], progress=False)
+                rounds=2, eval_every=1, seeds=[0], progress=False, host_devices=1)
   fedjax_bench.run(**common, output_dir=str(tmp_path / "a"))
   fedjax_bench.run(**common, output_dir=str(tmp_path / "b"), checkpoint_max_share=0.5)
   assert seen == [declared, 0.5]

@@ -3,6 +3,7 @@
 import dataclasses
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -429,3 +430,145 @@ def test_missing_cinic10_fails_fast_with_where_to_get_it(tmp_path, monkeypatch):
   monkeypatch.setenv("CINIC10_DIR", str(tmp_path / "elsewhere"))
   with pytest.raises(DataMissingError, match="elsewhere"):
     tfds_data.load_arrays("cinic10", cache_dir=str(tmp_path / "cache"))
+
+
+# --- the caches, checked when read --------------------------------------------------
+
+def _spoil_labels(d):
+  np.save(d / "train_y.npy", np.load(d / "train_y.npy") + 1)  # truck 9 becomes 10
+
+
+def _spoil_negative(d):
+  y = np.load(d / "test_y.npy")
+  y[3] = -1
+  np.save(d / "test_y.npy", y)
+
+
+def _spoil_float(d):
+  np.save(d / "test_y.npy", np.load(d / "test_y.npy").astype(np.float32))
+
+
+def _spoil_count(d):
+  np.save(d / "test_y.npy", np.load(d / "test_y.npy")[:-1])
+
+
+def _spoil_truncate(d):
+  f = d / "train_x.npy"
+  f.write_bytes(f.read_bytes()[:-100])
+
+
+@pytest.mark.parametrize("spoil,says", [
+    (_spoil_labels, r"train_y\.npy holds labels 1\.\.10, outside \[0, 10\)"),
+    (_spoil_negative, r"test_y\.npy holds labels -1\.\.9, outside \[0, 10\)"),
+    (_spoil_float, r"test_y\.npy is float32, not integer labels"),
+    (_spoil_count, r"test_y\.npy is \(9,\) for test_x\.npy \(10, 32, 32, 3\), expected \[10\]"),
+    (_spoil_truncate, r"train_x\.npy cannot be read: "),
+])
+def test_corrupt_image_cache_is_rebuilt_or_named(tmp_path, small_cinic_spec, spoil, says):
+  """A cache whose labels are out of range, not integers, or whose shapes disagree is
+  corrupt: removed and rebuilt from the data, or, with no data, named in the one line."""
+  want = _fake_cinic(tmp_path / "data" / "CINIC-10")
+  cache = tmp_path / "cache"
+  tfds_data.load_arrays("cinic10", data_dir=str(tmp_path / "data"), cache_dir=str(cache))
+  d = cache / "cinic10-1.0"
+  spoil(d)
+  a = tfds_data.load_arrays("cinic10", data_dir=str(tmp_path / "data"), cache_dir=str(cache))
+  for k in ("train_x", "train_y", "test_x", "test_y"):
+    np.testing.assert_array_equal(a[k], want[k])
+    np.testing.assert_array_equal(np.load(d / f"{k}.npy"), want[k])
+  spoil(d)
+  shutil.rmtree(tmp_path / "data")
+  with pytest.raises(DataMissingError) as e:
+    tfds_data.load_arrays("cinic10", data_dir=str(tmp_path / "data"), cache_dir=str(cache))
+  msg = str(e.value)
+  assert "\n" not in msg and f"{d} (a corrupt cache there was removed: " in msg
+  assert re.search(says, msg), msg
+  assert not any(d.iterdir())
+
+
+@pytest.mark.parametrize("which", ["test_y.npy", "train_x.npy"])
+def test_image_cache_file_replaced_by_a_directory(tmp_path, small_cinic_spec, which):
+  _fake_cinic(tmp_path / "data" / "CINIC-10")
+  cache = tmp_path / "cache"
+  tfds_data.load_arrays("cinic10", data_dir=str(tmp_path / "data"), cache_dir=str(cache))
+  f = cache / "cinic10-1.0" / which
+  f.unlink()
+  (f / "inside").mkdir(parents=True)
+  with pytest.raises(UsageError) as e:
+    tfds_data.load_arrays("cinic10", data_dir=str(tmp_path / "data"), cache_dir=str(cache))
+  assert str(e.value) == (f"the data cache file {f} is not a file (a directory?): delete "
+                          "it, and the cache is rebuilt from the dataset")
+  assert (f / "inside").is_dir()  # the directory is the user's to delete
+
+
+def _tiny_shakespeare():
+  from fedjax_bench.data import shakespeare, text
+  roles = [["To be, or not to be."], ["Ay.", "No\u2014ho!"]]
+  streams = [text.stream(r) for r in roles]
+  labels = [int(np.sum((s != text.PAD) & (s != text.OOV))) for s in streams]
+  return {"stream": np.concatenate(streams),
+          "lengths": np.array([len(s) for s in streams], np.int64),
+          "counts": np.array(labels, np.int32),
+          "oov": np.array([int(np.sum(s == text.OOV)) for s in streams], np.int32),
+          "roles": np.array(["p/A", "p/B"]),
+          "dropped": np.zeros(len(shakespeare.DROPPED), np.int64)}
+
+
+@pytest.fixture
+def tiny_shakespeare_cache(tmp_path, monkeypatch):
+  from fedjax_bench.data import shakespeare
+  path = tmp_path / "shakespeare.npz"
+  builds = []
+
+  def build():
+    builds.append(1)
+    return _tiny_shakespeare()
+  monkeypatch.setattr(shakespeare, "cache_path", lambda cache_dir=None: path)
+  monkeypatch.setattr(shakespeare, "build", build)
+  shakespeare.load_arrays()
+  assert builds == [1] and path.is_file()
+  return shakespeare, path, builds
+
+
+def _set(path, **arrays):
+  with np.load(path) as f:
+    a = {k: f[k] for k in f.files}
+  a.update(arrays)
+  np.savez(path, **a)
+
+
+@pytest.mark.parametrize("spoil", ["id", "count", "length"])
+def test_corrupt_shakespeare_cache_is_rebuilt(tiny_shakespeare_cache, spoil, caplog):
+  shakespeare, path, builds = tiny_shakespeare_cache
+  good = _tiny_shakespeare()
+  assert shakespeare.load_arrays()["counts"].tolist() == good["counts"].tolist()
+  assert builds == [1]  # read from the cache
+  if spoil == "id":  # an id beyond the vocabulary: an out-of-range label or embedding row
+    stream = good["stream"].copy()
+    stream[-2] = 100
+    _set(path, stream=stream)
+    says = "the stream holds ids 0..100, outside [0, 82)"
+  elif spoil == "count":
+    _set(path, counts=good["counts"] + np.array([0, 5], np.int32))
+    says = "the roles' sample counts are not those of the stream"
+  else:
+    _set(path, lengths=good["lengths"] + np.array([-3, 3]))
+    says = "the roles' sample counts are not those of the stream"
+  with caplog.at_level("INFO"):
+    a = shakespeare.load_arrays()
+  assert builds == [1, 1]
+  assert f"the data cache {path} is corrupt ({says}): removed, rebuilding it" in caplog.text
+  for k in good:
+    np.testing.assert_array_equal(a[k], good[k])
+  assert shakespeare._problem(dict(np.load(path))) is None
+
+
+def test_shakespeare_cache_replaced_by_a_directory(tiny_shakespeare_cache):
+  shakespeare, path, builds = tiny_shakespeare_cache
+  path.unlink()
+  (path / "inside").mkdir(parents=True)
+  with pytest.raises(UsageError) as e:
+    shakespeare.load_arrays()
+  assert str(e.value) == (f"the data cache file {path} is not a file (a directory?): "
+                          "delete it, and the cache is rebuilt from the plays")
+  assert builds == [1]

@@ -62,7 +62,7 @@ def test_global_model_is_fedavg_and_personal_models_follow_algorithm_1():
 
 def test_a_run_scores_the_personal_models_and_lambda_pulls_them_to_the_global_one():
   common = dict(dataset="synthetic", num_clients=20, rounds=15, eval_every=15, seeds=[0],
-                progress=False, holdout_fraction=0.25, clients_per_round=10)
+                progress=False, holdout_fraction=0.25, clients_per_round=10, host_devices=1)
   near = api.run(algo="ditto", ditto_lambda=1e4, client_lr=1e-5, **common).curves
   assert {"personal_test_accuracy", "personal_test_accuracy_worst10"} <= set(near)
   # with a huge lambda (and a step small enough to stay stable) v_k stays at w^t

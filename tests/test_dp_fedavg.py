@@ -97,7 +97,7 @@ def test_dp_epsilon_is_what_dp_accounting_gives(participation_flags, event):
   from dp_accounting.rdp import RdpAccountant
   z, delta, n = 1.1, 1e-4, 12
   r = api.run(algo="dp_fedavg", dataset="synthetic", num_clients=n, rounds=6, eval_every=3,
-              seeds=[0, 1], progress=False, dp_noise_multiplier=z, dp_delta=delta,
+              seeds=[0, 1], progress=False, dp_noise_multiplier=z, dp_delta=delta, host_devices=1,
               **participation_flags)
   got = np.asarray(r.curves["dp_epsilon"])
   gaussian = dpa.GaussianDpEvent(z)
@@ -123,4 +123,4 @@ def test_bad_settings_fail_in_one_line():
   with pytest.raises(UsageError, match="accounted for --participation sampling, not "
                                        "--availability=sine"):
     api.run(algo="dp_fedavg", dataset="synthetic", num_clients=8, rounds=1, progress=False,
-            availability="sine")
+            availability="sine", host_devices=1)

@@ -36,17 +36,24 @@ def _loop_round(task, world, hp, theta, h, grads, key, t):
     for a, gk, tk, t0 in zip(*map(jax.tree.leaves, (grads, g_k, th, theta))):
       a[i] = gk - alpha * (tk - t0)
     thetas.append(th)
-  h = jax.tree.map(lambda a, t0, *tk: a - alpha / N * sum(x - t0 for x in tk), h, theta,
-                   *thetas)
-  theta = jax.tree.map(lambda a, *tk: np.mean(tk, axis=0) - a / alpha, h, *thetas)
+  # Uniform: 1/N in h and the mean over P_t; data_size: n_k / sum_all n_j and the n_k mean.
+  by_size = hp.get("weighting") == "data_size"
+  w = [float(task.counts[i]) if by_size else 1.0 for i in np.flatnonzero(mask)]
+  population = float(np.sum(task.counts)) if by_size else N
+  h = jax.tree.map(lambda a, t0, *tk: a - alpha / population * sum(
+      wi * (x - t0) for wi, x in zip(w, tk)), h, theta, *thetas)
+  theta = jax.tree.map(lambda a, *tk: sum(wi * x for wi, x in zip(w, tk)) / sum(w) - a / alpha,
+                       h, *thetas)
   return theta, h, grads
 
 
-@pytest.mark.parametrize("local_epochs,model", [(1.0, "logreg"), (2.0, "mlp")])
-def test_rounds_equal_algorithm_1(local_epochs, model):
+@pytest.mark.parametrize("local_epochs,model,weighting", [
+    (1.0, "logreg", None), (2.0, "mlp", None), (1.0, "logreg", "data_size")])
+def test_rounds_equal_algorithm_1(local_epochs, model, weighting):
   task, world = toy_setup(num_clients=N, cohort=COHORT, local_epochs=local_epochs,
                           batch_size=4, model=model)
-  hp = dict(client_lr=0.2, batch_size=4, local_epochs=local_epochs, feddyn_alpha=0.1)
+  hp = dict(client_lr=0.2, batch_size=4, local_epochs=local_epochs, feddyn_alpha=0.1,
+            **({"weighting": weighting} if weighting else {}))
   alg = feddyn.build(task, world, hp)
   server, grads = alg.init(jax.random.PRNGKey(0))
   step = jax.jit(alg.round)

@@ -50,7 +50,7 @@ def _loop_round(task, world, hp, params, key, t):
       p = jax.tree.map(lambda a, b, x0: a - hp["client_lr"] * (b + hp["prox_mu"] * (a - x0)),
                        p, g, params)
     deltas.append(jax.tree.map(lambda a, b: np.asarray(a) - np.asarray(b), p, params))
-    weights.append(float(cnt))
+    weights.append(float(cnt) if hp.get("weighting") == "data_size" else 1.0)
     losses.append(np.mean(seen))
   if not deltas:
     return params, 0.0, len(late)
@@ -60,16 +60,19 @@ def _loop_round(task, world, hp, params, key, t):
   return new, float(np.mean(losses)), len(late)
 
 
-@pytest.mark.parametrize("policy,local_steps,local_epochs,mu", [
-    ("keep", 0, 3.0, 0.5),    # whole epochs: stragglers run 1 or 2 of 3
-    ("drop", 0, 3.0, 0.5),    # the paper's FedAvg baseline, with a proximal term
-    ("keep", 4, 0.0, 1.0),    # --local_steps: stragglers run 1 to 3 steps
+@pytest.mark.parametrize("policy,local_steps,local_epochs,mu,weighting", [
+    ("keep", 0, 3.0, 0.5, None),         # whole epochs: stragglers run 1 or 2 of 3
+    ("drop", 0, 3.0, 0.5, "data_size"),  # the paper's FedAvg baseline, with a proximal term
+    ("keep", 4, 0.0, 1.0, "data_size"),  # --local_steps: stragglers run 1 to 3 steps
 ])
-def test_rounds_equal_the_per_client_loop_of_algorithm_2(policy, local_steps, local_epochs, mu):
+def test_rounds_equal_the_per_client_loop_of_algorithm_2(policy, local_steps, local_epochs, mu,
+                                                         weighting):
+  """None: the default weighting, uniform (every algorithm's); data_size, the paper's."""
   task, world = toy_setup(num_clients=8, cohort=5, local_steps=local_steps or 3,
                           local_epochs=local_epochs, batch_size=4)
   hp = dict(client_lr=0.2, batch_size=4, prox_mu=mu, straggler_fraction=0.5,
-            straggler_policy=policy, local_steps=local_steps or 3, local_epochs=local_epochs)
+            straggler_policy=policy, local_steps=local_steps or 3, local_epochs=local_epochs,
+            **({"weighting": weighting} if weighting else {}))
   alg = fedprox.build(task, world, hp)
   server, clients = alg.init(jax.random.PRNGKey(0))
   round_fn = jax.jit(alg.round)
@@ -121,3 +124,21 @@ def test_stragglers_need_a_budget_to_cut(extra, match):
   task, world = toy_setup(num_clients=4, cohort=2)
   with pytest.raises(UsageError, match=match):
     fedprox.build(task, world, dict(straggler_fraction=0.5, **extra))
+
+
+def test_aggregating_algorithms_share_one_weighting_setting_and_default():
+  """FedAvg against FedProx (or SCAFFOLD, FedDyn, Ditto) at their defaults changes only
+  the algorithm: one --weighting declaration, uniform unless given; the prioritized-FL
+  algorithms take their objective's data-size weights from their paper's preset."""
+  from fedjax_bench import algorithms, config, settings
+  readers = [a for a, alg in algorithms.ALGORITHMS.items()
+             if "weighting" in settings.specs(alg.Hparams)]
+  assert {"fedavg", "fedprox", "scaffold", "feddyn", "ditto"} <= set(readers)
+  for a in readers:
+    assert settings.specs(algorithms.get(a).Hparams)["weighting"] == \
+        settings.specs(fedavg.Hparams)["weighting"], a
+    expected = ("data_size" if algorithms.get(a).kind == algorithms.PRIORITIZED
+                else "uniform")
+    assert config.resolve({"algo": a}).flat()["weighting"] == expected, a
+    assert config.resolve({"algo": a, "weighting": "uniform"}).flat()["weighting"] == \
+        "uniform", a

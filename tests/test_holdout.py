@@ -69,7 +69,7 @@ def test_accuracy_over_clients_matches_numpy(per_client):
 
 def test_a_run_reports_client_test_accuracy_and_refuses_data_per_seed():
   common = dict(dataset="synthetic", num_clients=10, rounds=2, eval_every=1, progress=False,
-                holdout_fraction=0.25)
+                holdout_fraction=0.25, host_devices=1)
   r = api.run(algo="fedavg", seeds=[0], **common)
   assert {"client_test_accuracy", "client_test_accuracy_std", "client_test_accuracy_worst10",
           "client_test_accuracy_best10"} <= set(r.curves)

@@ -1,6 +1,7 @@
 """leaf_json: LEAF's train/ and test/ JSON files, written here as LEAF's scripts write them."""
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -305,3 +306,81 @@ def test_empty_user(tmp_path):
   ds = _read(d, 2, min_samples=0).dataset
   assert ds.train.counts.tolist() == [0, 2] and ds.train.x.shape == (2, 28, 28, 1)
   assert ds.test_y.tolist() == data["A"][1]
+
+
+@pytest.mark.parametrize("value,text_", [(float("nan"), "NaN"), (float("inf"), "Infinity"),
+                                         (None, "null"), (1e39, "1e+39")])
+def test_non_finite_femnist_pixels_are_refused(tmp_path, value, text_):
+  """json reads NaN, Infinity and null, and 1e39 is inf in float32: each is refused at
+  load, naming the file, the user and the sample, not trained on."""
+  rng = np.random.default_rng(4)
+  data = {"A": _femnist_sample(rng, 3)}
+  data["A"][0][2][100] = value
+  d = tmp_path / "data"
+  _write(d / TRAIN / "a.json", ["A"], data)
+  _write(d / TEST / "a.json", ["A"], {"A": _femnist_sample(rng, 1)})
+  assert text_ in (d / TRAIN / "a.json").read_text()
+  with pytest.raises(UsageError) as e:
+    _read(d, 1, min_samples=1)
+  assert f"{d / TRAIN / 'a.json'}, user 'A': sample 2's x holds a non-finite value" in (
+      one_line(e))
+
+
+@pytest.mark.parametrize("label,says", [
+    (float("inf"), "y must be integer labels; sample 1's is inf"),
+    (float("nan"), "y must be integer labels; sample 1's is nan"),
+    (2.5, "y must be integer labels; sample 1's is 2.5"),
+    ("3", "y must be integer labels"),
+    (62, r"labels must be in \[0, 62\), found \d+\.\.62"),
+    (-1, r"labels must be in \[0, 62\), found -1\.\."),
+])
+def test_bad_labels_are_refused(tmp_path, label, says):
+  rng = np.random.default_rng(5)
+  data = {"A": _femnist_sample(rng, 3)}
+  data["A"][1][1] = label
+  d = tmp_path / "data"
+  _write(d / TRAIN / "a.json", ["A"], data)
+  _write(d / TEST / "a.json", ["A"], {"A": _femnist_sample(rng, 1)})
+  with pytest.raises(UsageError) as e:
+    _read(d, 1, min_samples=1)
+  assert one_line(e).startswith(f"{d / TRAIN / 'a.json'}, user 'A': ")
+  assert re.search(says, str(e.value)), str(e.value)
+
+
+@pytest.mark.parametrize("split", [TRAIN, TEST])
+def test_deeply_nested_json_is_one_line(tmp_path, split):
+  """A value nested past Python's recursion limit, in the sample that tells the kind (the
+  head's read) or in a test file (parsed whole): one line naming the file."""
+  rng = np.random.default_rng(6)
+  data = {"A": _femnist_sample(rng, 2)}
+  d = tmp_path / "data"
+  _write(d / TRAIN / "a.json", ["A"], data)
+  _write(d / TEST / "a.json", ["A"], data)
+  path = d / split / "a.json"
+  deep = "[" * 5000 + "]" * 5000
+  path.write_text(path.read_text().replace('"x": [', f'"x": [{deep}, ', 1))
+  with pytest.raises(UsageError) as e:
+    _read(d, 1, min_samples=1)
+  assert one_line(e).startswith(f"{path} nests lists or objects too deeply")
+
+
+@pytest.mark.parametrize("name", ["../../../../../../../../etc/passwd", "/etc/passwd",
+                                  "../000001.png", "a/../../000001.png", "", ".", "x\0.png"])
+def test_celeba_image_names_outside_the_images_folder_are_refused(tmp_path, name):
+  d = tmp_path / "celeba" / "data"
+  images = d / "raw" / "img_align_celeba"
+  images.mkdir(parents=True)
+  Image.fromarray(np.zeros((14, 11, 3), np.uint8)).save(images / "000001.png")
+  Image.fromarray(np.zeros((14, 11, 3), np.uint8)).save(d / "raw" / "000001.png")
+  train = {"5": (["000001.png", "sub/../000001.png", name], [1.0, 0.0, 1.0])}
+  test = {"5": (["000001.png"], [1.0])}
+  _write(d / TRAIN / "a.json", list(train), train)
+  _write(d / TEST / "a.json", list(test), test)
+  with pytest.raises(UsageError) as e:
+    _read(d, 1, min_samples=1)
+  assert one_line(e).startswith(f"{d / TRAIN / 'a.json'}, user '5': sample 2's image name "
+                                f"{name!r} is not a file name inside {images}/")
+  # the same names made harmless read (a name with '..' that stays inside is a file name)
+  train["5"][0][2] = "000001.png"
+  _write(d / TRAIN / "a.json", list(train), train)
+  assert _read(d, 1, min_samples=1).dataset.train.x.shape == (3, 84, 84, 3)

@@ -271,6 +271,82 @@ def test_plot_titles_and_legend_count_seeds(monkeypatch):
       ['test_accuracy (1 seed)', 'train_loss (1 seed)'], ['seed 7'], 0)
 
 
+def _figure(monkeypatch, history, **kwargs):
+  """The figure `plot_curves` would save (close it with plt.close)."""
+  figures = []
+  monkeypatch.setattr(results, 'save_figure', lambda path, fig, dpi=0: figures.append(fig))
+  results.plot_curves('unused.png', history, **kwargs)
+  return figures[0]
+
+
+def _sweep_history(grid, final):
+  """2 evaluations x 2 seeds; at the last one, test_accuracy is final[g] -/+ 0.01."""
+  acc = np.zeros((2, len(grid), 2))
+  acc[1] = np.asarray(final)[:, None] + np.array([-0.01, 0.01])
+  return results.History(rounds=[0, 10], metrics={'test_accuracy': acc, 'train_loss': 1 - acc},
+                         seeds=[0, 1], grid=grid)
+
+
+def test_a_sweep_figure_has_the_final_metric_panel_and_the_legend_outside(monkeypatch):
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  grid = [{'client_lr': v} for v in (0.01, 0.1, 1.0)]
+  fig = _figure(monkeypatch, _sweep_history(grid, [0.5, 0.8, 0.6]))
+  curves, _, sweep = fig.axes
+  assert sweep.get_title() == 'final test_accuracy by client_lr'
+  assert sweep.get_xlabel() == 'client_lr' and sweep.get_xscale() == 'log'  # 2 decades
+  (bars,) = sweep.containers  # one line, with seed-spread error bars
+  line, _, (yerr,) = bars
+  assert line.get_xdata().tolist() == [0.01, 0.1, 1.0]
+  assert line.get_ydata().tolist() == pytest.approx([0.5, 0.8, 0.6])
+  assert [seg[:, 1].tolist() for seg in yerr.get_segments()][1] == pytest.approx([0.79, 0.81])
+  assert [t.get_text() for t in sweep.get_legend().get_texts()] == ['best: client_lr=0.1']
+  # No legend over the curves: one for the figure, the best point named.
+  assert curves.get_legend() is None and len(fig.legends) == 1
+  assert [t.get_text() for t in fig.legends[0].get_texts()] == [
+      'client_lr=0.01', 'client_lr=0.1 (best)', 'client_lr=1']
+  assert [l.get_linewidth() for l in curves.get_lines()][1] > curves.get_lines()[0].get_linewidth()
+  plt.close(fig)
+
+
+def test_a_two_axis_sweep_panel_has_a_line_per_value_of_the_other_axis(monkeypatch):
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  grid = [{'server_lr': a, 'client_lr': b} for a in (0.5, 1.0) for b in (0.02, 0.05, 0.1)]
+  fig = _figure(monkeypatch, _sweep_history(grid, [0.5, 0.6, 0.7, 0.4, 0.9, 0.3]),
+                final_window=10)
+  sweep = fig.axes[-1]
+  assert sweep.get_xlabel() == 'client_lr' and sweep.get_xscale() == 'linear'  # < a decade
+  assert 'last 10 rounds' in sweep.get_ylabel()
+  np.testing.assert_allclose([np.asarray(c[0].get_ydata(), float) for c in sweep.containers],
+                             [[0.5, 0.6, 0.7], [0.4, 0.9, 0.3]])
+  legend = sweep.get_legend()
+  assert legend.get_title().get_text() == 'server_lr'
+  assert [t.get_text() for t in legend.get_texts()] == [
+      'server_lr=0.5', 'server_lr=1', 'best: server_lr=1,\nclient_lr=0.05']
+  plt.close(fig)
+
+
+def test_the_best_point_is_the_lowest_loss_without_accuracy(monkeypatch):
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  h = _sweep_history([{'lr': 1.0}, {'lr': 2.0}], [0.2, 0.1])
+  h.metrics['optimality_gap'] = h.metrics.pop('test_accuracy')
+  assert results.best_point({'optimality_gap': [0.2, 0.1]}) == ('optimality_gap', 1)
+  assert results.best_point({'test_accuracy': [None, float('nan')],
+                             'train_loss': [0.3, 0.2]}) == ('train_loss', 1)
+  assert results.best_point({'test_accuracy': [0.2, 0.1]}) == ('test_accuracy', 0)
+  fig = _figure(monkeypatch, h, metrics=('optimality_gap',))
+  assert fig.axes[-1].get_title() == 'final optimality_gap by lr'
+  assert [t.get_text() for t in fig.axes[-1].get_legend().get_texts()] == ['best: lr=2']
+  plt.close(fig)
+
+
+def test_one_grid_point_has_no_sweep_panel(monkeypatch):
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  fig = _figure(monkeypatch, _sweep_history([{'lr': 1.0}], [0.5]))
+  assert [ax.get_title() for ax in fig.axes] == ['test_accuracy (2 seeds)',
+                                                  'train_loss (2 seeds)']
+  plt.close(fig)
+
+
 def test_write_run_png_valid(tmp_path):
   results.write_run(tmp_path, config={}, history=_history(), final_window=None,
                     timing=_timing())

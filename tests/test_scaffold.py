@@ -39,19 +39,26 @@ def _loop_round(task, world, hp, x, c, c_clients, key, t):
     dcs.append(jax.tree.map(np.subtract, c_plus, ci))
     for a, b in zip(jax.tree.leaves(c_clients), jax.tree.leaves(c_plus)):
       a[i] = b
-  dx = jax.tree.map(lambda *d: np.mean(d, axis=0), *dys)
-  dc = jax.tree.map(lambda *d: np.mean(d, axis=0), *dcs)
+  # Uniform: Delta x the mean, c + (|S| / N) times the mean Delta c_i; data_size: weights n_i,
+  # c + sum_S n_i Delta c_i / sum_all n_j.
+  by_size = hp.get("weighting") == "data_size"
+  w = [float(task.counts[i]) if by_size else 1.0 for i in np.flatnonzero(mask)]
+  population = float(np.sum(task.counts)) if by_size else N
+  dx = jax.tree.map(lambda *d: sum(wi * di for wi, di in zip(w, d)) / sum(w), *dys)
+  dc = jax.tree.map(lambda *d: sum(wi * di for wi, di in zip(w, d)) / population, *dcs)
   x = jax.tree.map(lambda a, d: np.asarray(a) + hp["server_lr"] * d, x, dx)
-  c = jax.tree.map(lambda a, d: np.asarray(a) + len(dys) / N * d, c, dc)
+  c = jax.tree.map(lambda a, d: np.asarray(a) + d, c, dc)
   return x, c, c_clients
 
 
-@pytest.mark.parametrize("local_epochs,model", [(1.0, "logreg"), (2.0, "mlp")])
-def test_rounds_equal_algorithm_1_option_ii(local_epochs, model):
+@pytest.mark.parametrize("local_epochs,model,weighting", [
+    (1.0, "logreg", None), (2.0, "mlp", None), (1.0, "logreg", "data_size")])
+def test_rounds_equal_algorithm_1_option_ii(local_epochs, model, weighting):
   # Clients of 7..14 examples, batch 4: 2 or 3 steps an epoch, so K_i differs by client.
   task, world = toy_setup(num_clients=N, cohort=COHORT, local_epochs=local_epochs,
                           batch_size=4, model=model)
-  hp = dict(client_lr=0.2, server_lr=0.7, batch_size=4, local_epochs=local_epochs)
+  hp = dict(client_lr=0.2, server_lr=0.7, batch_size=4, local_epochs=local_epochs,
+            **({"weighting": weighting} if weighting else {}))
   alg = scaffold.build(task, world, hp)
   server, c_clients = alg.init(jax.random.PRNGKey(0))
   step = jax.jit(alg.round)
@@ -76,7 +83,12 @@ def test_control_variates_held_at_zero_are_fedavg_bit_for_bit():
   """SCAFFOLD sums its Delta y_i with FedAvg's streamed sum and keeps each client's for
   its c_i+ (`train_cohort`'s keep); the correction term adds exact zeros."""
   task, world = toy_setup(num_clients=N, cohort=COHORT, local_epochs=1.0, batch_size=4)
-  hp = dict(client_lr=0.3, server_lr=0.7, batch_size=4, local_epochs=1.0)
+  for weighting in ("uniform", "data_size"):
+    _zero_is_fedavg(task, world, dict(client_lr=0.3, server_lr=0.7, batch_size=4,
+                                      local_epochs=1.0, weighting=weighting))
+
+
+def _zero_is_fedavg(task, world, hp):
   out = []
   for alg in (scaffold.build(task, world, {**hp, "control_variates": "zero"}),
               fedavg.build(task, world, hp)):

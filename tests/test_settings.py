@@ -176,7 +176,7 @@ def register_toy():
 
 
 _TOY_RUN = dict(dataset="synthetic", num_clients=10, clients_per_round=5, rounds=4,
-                eval_every=2, local_steps=3, batch_size=8)
+                eval_every=2, local_steps=3, batch_size=8, host_devices=1)
 
 
 def test_a_new_algorithm_runs_through_the_api_and_the_command_line(tmp_path):
@@ -229,15 +229,15 @@ def test_the_api_and_the_command_line_give_the_same_numbers(algo, extra, tmp_pat
   writes the same files when given an output_dir (and TensorBoard's with tensorboard)."""
   out = tmp_path / "cli"
   args = [f"--{k}={v}" for k, v in extra.items()]
-  env = dict(__import__("os").environ, FEDJAX_BENCH_HOST_DEVICES="1")
   r = subprocess.run([sys.executable, str(REPO / "benchmarks" / "run.py"), f"--algo={algo}",
-                      "--seeds=2", f"--output_dir={out}", *args], cwd=tmp_path, env=env,
+                      "--seeds=2", f"--output_dir={out}", "--host_devices=1", *args],
+                     cwd=tmp_path,
                      capture_output=True, text=True, timeout=300)
   assert r.returncode == 0, r.stderr[-2000:]
   assert jax.device_count() == 1
   api_out = tmp_path / "api"
   result = fedjax_bench.run(algo=algo, seeds=2, output_dir=str(api_out), tensorboard=True,
-                            progress=False, **extra)
+                            progress=False, host_devices=1, **extra)
   _assert_rows_equal(result, out)
   assert (api_out / "summary.json").exists() and (api_out / "metrics.csv").exists()
   assert sorted(p.name for p in (api_out / "tensorboard").iterdir()) == ["seed_0", "seed_1"]

@@ -211,3 +211,108 @@ def test_errors(emnist, tmp_path):
   with pytest.raises(UsageError) as e:
     _read(odd, 1)
   assert "as HDF5" in one_line(e)
+
+
+def _edit(path, edit):
+  with h5py.File(path, "r+") as f:
+    edit(f)
+
+
+@pytest.mark.parametrize("split", ["train", "test"])
+@pytest.mark.parametrize("value", [np.nan, np.inf, -np.inf, 1e39])
+def test_non_finite_pixels_are_refused(emnist, split, value):
+  """NaN or inf pixels (or float64 beyond float32's range) are refused at load, naming the
+  file, the client and the sample, not trained on."""
+  d, _, _ = emnist
+  path = d / f"fed_emnist_{split}.h5"
+
+  def poison(f):
+    pixels = f["examples/f0001_41/pixels"][()].astype(np.float64)
+    pixels[-1, 3, 4] = value  # f0001_41 has 3 training samples, 1 test sample
+    del f["examples/f0001_41/pixels"]
+    f["examples/f0001_41/pixels"] = pixels
+  _edit(path, poison)
+  with pytest.raises(UsageError) as e:
+    _read(d, 4, min_samples=1)
+  sample = 2 if split == "train" else 0
+  assert one_line(e).startswith(f"{path}: client 'f0001_41''s pixels of sample {sample} "
+                                "hold a non-finite value")
+
+
+def test_pixels_that_are_not_numbers_are_refused(emnist):
+  d, _, _ = emnist
+  path = d / "fed_emnist_train.h5"
+
+  def strings(f):
+    del f["examples/f0001_41/pixels"]
+    f["examples/f0001_41/pixels"] = np.full((3, 28, 28), b"a", "S1")
+  _edit(path, strings)
+  with pytest.raises(UsageError) as e:
+    _read(d, 4, min_samples=1)
+  assert one_line(e) == f"{path}: client 'f0001_41''s pixels are |S1, not numbers"
+
+
+@pytest.mark.parametrize("field", ["label", "pixels"])
+def test_scalar_datasets_are_refused(emnist, field):
+  d, _, _ = emnist
+  path = d / "fed_emnist_train.h5"
+
+  def scalar(f):
+    del f[f"examples/f0002_11/{field}"]
+    f[f"examples/f0002_11/{field}"] = np.int32(3)
+  _edit(path, scalar)
+  with pytest.raises(UsageError) as e:
+    _read(d, 4, min_samples=1)
+  assert one_line(e) == (f"{path}: client 'f0002_11''s {field} is a scalar, not a dataset "
+                         "of one row per sample")
+
+
+@pytest.mark.parametrize("split", ["train", "test"])
+@pytest.mark.parametrize("where", ["examples/f0001_41/label", "examples/f0001_41",
+                                   "examples"])
+@pytest.mark.parametrize("link", ["soft", "external"])
+def test_dangling_links_are_one_line(emnist, tmp_path, split, where, link):
+  d, _, _ = emnist
+  path = d / f"fed_emnist_{split}.h5"
+  target = (h5py.SoftLink("/nowhere") if link == "soft"
+            else h5py.ExternalLink(str(tmp_path / "gone.h5"), "/examples"))
+
+  def dangle(f):
+    del f[where]
+    f[where] = target
+  _edit(path, dangle)
+  with pytest.raises(UsageError) as e:
+    _read(d, 4, min_samples=1)
+  says = ("a soft link to /nowhere, which does not exist" if link == "soft" else
+          f"an external link to {tmp_path / 'gone.h5'}:/examples, which cannot be opened")
+  assert one_line(e).startswith(f"{path}: /{where} is {says}")
+
+
+def test_a_dangling_client_link_in_shakespeare(tmp_path):
+  _write(tmp_path / "shakespeare_train.h5", {"A": {"snippets": [b"To be."]}})
+  _write(tmp_path / "shakespeare_test.h5", {"A": {"snippets": [b"Or not."]}})
+  _edit(tmp_path / "shakespeare_train.h5",
+        lambda f: f.__setitem__("examples/B", h5py.SoftLink("/nowhere")))
+  with pytest.raises(UsageError) as e:
+    _read(tmp_path, 1, min_samples=1)
+  assert one_line(e).startswith(f"{tmp_path / 'shakespeare_train.h5'}: /examples/B is a "
+                                "soft link to /nowhere")
+
+
+@pytest.mark.parametrize("labels,says", [
+    (np.array([0, 62, 1]), r"labels must be in \[0, 62\), found 0\.\.62"),
+    (np.array([0, -1, 1]), r"labels must be in \[0, 62\), found -1\.\.1"),
+    (np.array([0.0, 1.0, 2.0]), "label are float64, not integer labels"),
+    (np.array([True, False, True]), "label are bool, not integer labels"),
+])
+def test_bad_labels_are_refused(emnist, labels, says):
+  d, _, _ = emnist
+  path = d / "fed_emnist_train.h5"
+
+  def relabel(f):
+    del f["examples/f0001_41/label"]
+    f["examples/f0001_41/label"] = labels
+  _edit(path, relabel)
+  with pytest.raises(UsageError, match=f"^{path}: client 'f0001_41''s {says}$") as e:
+    _read(d, 4, min_samples=1)
+  one_line(e)

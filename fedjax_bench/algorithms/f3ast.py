@@ -16,7 +16,7 @@ import jax.numpy as jnp
 
 from fedjax_bench.core import aggregate, cohort as cohort_lib, rounds
 from fedjax_bench.core.types import FederatedAlgorithm
-from fedjax_bench.settings import NON_NEGATIVE, POSITIVE, coerce, section, setting
+from fedjax_bench.settings import NON_NEGATIVE, UNIT_INTERVAL, coerce, section, setting
 from fedjax_bench.sim.world import World
 
 VARIANTS = ("literal", "selfnorm", "unbiased")
@@ -33,7 +33,7 @@ def select(mask: jax.Array, rates: jax.Array, budget: int) -> jax.Array:
 
 @section("f3ast")
 class Hparams(rounds.Synchronous):
-  f3ast_beta: float = setting(1e-3, "Rate of the selection-rate average.", check=POSITIVE,
+  f3ast_beta: float = setting(1e-3, "Rate of the selection-rate average.", check=UNIT_INTERVAL,
                               sweep=True)
   f3ast_variant: str = setting("literal", "Aggregation (reconstructed; BUILD_NOTES.md).",
                                choices=VARIANTS)

@@ -35,7 +35,8 @@ from fedjax_bench.core.task import Task
 from fedjax_bench.core.types import FederatedAlgorithm
 from fedjax_bench.algorithms import fedavg
 from fedjax_bench.errors import UsageError
-from fedjax_bench.settings import (NON_NEGATIVE, UNIT_INTERVAL, coerce, section, setting)
+from fedjax_bench.settings import (NON_NEGATIVE, PROBABILITY, UNIT_INTERVAL, at_least, coerce,
+                                   section, setting)
 from fedjax_bench.sim.world import World
 
 METHODS = ("fedalign", "fedavg_priority", "fedavg_all_clients", "local_model")
@@ -50,8 +51,6 @@ _SCHEDULED = lambda hp: hp.align_eps_schedule != "constant"
 
 @section("prioritized FL")
 class Hparams(fedavg.Hparams):
-  weighting: str = setting("data_size", "Aggregation weights of the cohort's updates.",
-                           choices=fedavg.WEIGHTINGS)
   align_epsilon: float = setting(0.2, "fedalign: admit free client k when |s_k - g| < epsilon "
                                  "(accuracy points / 100, or loss).", check=NON_NEGATIVE,
                                  sweep=True)
@@ -70,11 +69,11 @@ class Hparams(fedavg.Hparams):
   align_eps_end_round: int = setting(1, "fedalign: where the linear decay reaches 0.",
                                      check=NON_NEGATIVE, sweep=True, used_if=_SCHEDULED)
   align_eps_gamma: float = setting(0.99, "fedalign: the exp_decay factor per round.",
-                                   check=NON_NEGATIVE, sweep=True, used_if=_SCHEDULED)
+                                   check=PROBABILITY, sweep=True, used_if=_SCHEDULED)
   selection_batch: int = setting(0, "fedalign: score free clients on this many of their "
                                  "examples (0: all; the authors' code: 32).", check=NON_NEGATIVE)
   warmup_rounds: int = setting(-1, "Rounds with the priority clients only (-1: 10% of "
-                               "--rounds).", sweep=True)
+                               "--rounds).", check=at_least(-1), sweep=True)
   prox_mu: float = setting(0.0, "FedProx term mu/2 ||w - w_global||^2 in local training.",
                            check=NON_NEGATIVE, sweep=True)
   priority_fraction: float = setting(1.0, "Fraction of the priority clients sampled per round.",
@@ -103,7 +102,8 @@ class ProxHparams(Hparams):
 class LocalModelHparams(Hparams):
   local_client: int = setting(-1, "local_model (and --test_mix=local_client): the free client "
                               "(-1: the authors' rule, the first free client whose first label "
-                              "is among the priority clients' first labels).")
+                              "is among the priority clients' first labels).",
+                              check=at_least(-1))
 
 
 def epsilon(hp: Hparams, r) -> jax.Array:

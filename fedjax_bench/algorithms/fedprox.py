@@ -8,8 +8,9 @@ Each round:
      draws them; with --local_steps, E = tau_k: single steps), i.e. tau_k e / E steps;
   3. every client k of S_t that trains runs local SGD from w_t on
      h_k(w; w_t) = F_k(w) + mu/2 ||w - w_t||^2;
-  4. w_{t+1} = w_t + sum_k p_k Delta_k / sum_k p_k (--weighting; the paper's code weights
-     by data size), through the server optimizer as FedAvg.
+  4. w_{t+1} = w_t + sum_k p_k Delta_k / sum_k p_k (--weighting, uniform as every
+     algorithm's; the paper's code weights by data size: give --weighting=data_size),
+     through the server optimizer as FedAvg.
 
 --straggler_policy=keep aggregates the stragglers' partial work (FedProx); drop discards
 it, as the paper's FedAvg baseline does. With mu = 0 and no stragglers this is FedAvg.
@@ -30,8 +31,6 @@ STRAGGLER_POLICIES = ("keep", "drop")
 
 @section("fedprox")
 class Hparams(fedavg.Hparams):
-  weighting: str = setting("data_size", "Aggregation weights of the cohort's updates.",
-                           choices=fedavg.WEIGHTINGS)
   prox_mu: float = setting(0.01, "FedProx term mu/2 ||w - w_global||^2 in local training.",
                            check=NON_NEGATIVE, sweep=True)
   straggler_fraction: float = setting(

@@ -116,6 +116,31 @@ def execute(runs_dir: str, run: Run, log=print) -> dict:
   return record
 
 
+# Float results differ between CPUs in their last digits: FedAWE's toyfl runs, made on an
+# AVX2 machine and rerun on an AVX-512 one, differ by up to 2.6e-7 relative in every loss
+# (2 units of the 7 significant digits a record keeps), accuracies not at all. A rerun
+# within this relative tolerance of a record has the same numbers; bit for bit is only
+# for what one machine computes twice.
+SAME_NUMBERS_RTOL = 1e-5
+
+
+def same_numbers(new: dict, old: dict) -> bool:
+  """Whether two records of one run hold the same numbers: the same key, grid, rounds,
+  metrics and divergences, each metric within `SAME_NUMBERS_RTOL` (NaN where NaN)."""
+  import numpy as np
+  if any(new[k] != old.get(k) for k in ("key", "grid", "rounds", "diverged")):
+    return False
+  if set(new["metrics"]) != set(old.get("metrics", {})):
+    return False
+  for name, values in new["metrics"].items():
+    a = np.asarray(values, np.float64)
+    b = np.asarray(old["metrics"][name], np.float64)
+    if a.shape != b.shape or not np.allclose(a, b, rtol=SAME_NUMBERS_RTOL, atol=0,
+                                             equal_nan=True):
+      return False
+  return True
+
+
 def _rounded(values) -> list:
   """[E, G, S] floats as JSON (non-finite as None), to 7 significant digits."""
   import numpy as np

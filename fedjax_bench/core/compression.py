@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_bench.errors import UsageError
-from fedjax_bench.settings import UNIT_INTERVAL, at_least, section, setting
+from fedjax_bench.settings import UNIT_INTERVAL, between, section, setting
 
 COMPRESSORS = ("identity", "topk", "randk", "sign", "hvsign", "stoc")
 GROUPINGS = ("tensor", "layer", "global")
@@ -181,7 +181,7 @@ class Compression:
   compress_k: float = setting(0.01, "Fraction kept by topk/hvsign/randk: max(1, floor(k d_i)) "
                               "entries of each tensor.", check=UNIT_INTERVAL)
   stoc_bits: int = setting(4, "Bits per coordinate of --compressor=stoc (QSGD).",
-                           check=at_least(1))
+                           check=between(1, 32))  # 2^(b-1) levels of a float32
   stoc_norm: str = setting("layer", "stoc: one norm per tensor or one for the whole model.",
                            choices=STOC_NORMS)
   hvsign_scaling: str = setting("support", "hvsign: scale by mean |x| over the kept entries, "
@@ -192,7 +192,7 @@ class Compression:
                                  "server-side error feedback.", choices=("none", *COMPRESSORS))
   down_compress_k: float = setting(0.01, "--compress_k of the downlink compressor.",
                                    check=UNIT_INTERVAL, used_if=_DOWN)
-  down_stoc_bits: int = setting(4, "--stoc_bits of the downlink compressor.", check=at_least(1),
+  down_stoc_bits: int = setting(4, "--stoc_bits of the downlink compressor.", check=between(1, 32),
                                 used_if=_DOWN)
 
   def compressor_of(self, direction: str = "up") -> "Compressor":

@@ -43,6 +43,10 @@ def epsilon(event, relation, rounds, delta: float) -> np.ndarray:
   from dp_accounting import SelfComposedDpEvent
   from dp_accounting.rdp import RdpAccountant
   out = []
+  # Without noise nothing is private: ε = inf (the accountant of sampling without
+  # replacement divides by the noise).
+  if getattr(event, "event", event).noise_multiplier == 0:
+    return np.where(np.asarray(rounds, np.float64).reshape(-1) > 0, np.inf, 0.0)
   # The accountant warns of each fractional order its series cannot evaluate (and
   # leaves it out, as it should); the warnings say nothing to a user.
   level = logging.get_verbosity()

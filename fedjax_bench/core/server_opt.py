@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import optax
 
 from fedjax_bench.errors import UsageError
-from fedjax_bench.settings import POSITIVE, section, setting
+from fedjax_bench.settings import DECAY, POSITIVE, section, setting
 
 SERVER_OPTS = ("sgd", "momentum", "adam", "yogi", "adagrad", "amsgrad", "optax_adam",
                "optax_yogi")
@@ -140,14 +140,16 @@ class ServerOptimizer(ServerLr):
                             "outside the square root, v starts at tau^2); optax_adam/optax_yogi "
                             "= optax's bias-corrected Adam/Yogi; amsgrad = the Fed-EF paper's.",
                             choices=SERVER_OPTS)
+  # A beta of 1 freezes its average (optax's bias correction divides by 1 - beta^t); an
+  # eps of 0 divides 0 by 0 where a coordinate's gradients are all 0.
   server_momentum: float = setting(0.9, "Momentum for --server_opt=momentum.", sweep=True,
-                                   used_if=_reads("momentum"))
+                                   check=DECAY, used_if=_reads("momentum"))
   server_beta1: float = setting(0.9, "beta1 for the adaptive server optimizers.", sweep=True,
-                                used_if=_reads("b1"))
+                                check=DECAY, used_if=_reads("b1"))
   server_beta2: float = setting(0.99, "beta2 for adam/yogi/amsgrad/optax_*.", sweep=True,
-                                used_if=_reads("b2"))
+                                check=DECAY, used_if=_reads("b2"))
   server_eps: float = setting(1e-3, "epsilon (tau) for the adaptive server optimizers.",
-                              sweep=True, used_if=_reads("eps"))
+                              sweep=True, check=POSITIVE, used_if=_reads("eps"))
 
   def optimizer_name(self) -> str:
     """The optimizer the algorithm runs (an algorithm with its own overrides this)."""

@@ -25,9 +25,9 @@ the arrays:
   words with GloVe embeddings; here it is character text for the char models.)
 * CelebA (x: an image file name, y: 0/1, "Smiling"): the images read from
   ``DIR/raw/img_align_celeba/``, where LEAF's README puts them and its CelebA model reads
-  them, resized to 84x84 and converted to RGB as that model does (``resize`` then
-  ``convert``; the filter is Pillow's default for resize, bicubic, named explicitly),
-  uint8 NHWC, 2 classes.
+  them (a name that leads out of it, absolute or by ``..``, is refused), resized to 84x84
+  and converted to RGB as that model does (``resize`` then ``convert``; the filter is
+  Pillow's default for resize, bicubic, named explicitly), uint8 NHWC, 2 classes.
 
 Train samples come from ``train/``, test samples from ``test/`` under the same user.
 The central test set is the chosen clients' test samples, in client order; when no user
@@ -189,6 +189,9 @@ def _parse(path: pathlib.Path) -> dict:
       data = json.load(f)
   except (json.JSONDecodeError, UnicodeDecodeError) as e:
     raise UsageError(f"{path} is not valid JSON ({e})") from None
+  except RecursionError:
+    raise UsageError(f"{path} nests lists or objects too deeply to be a LEAF data file "
+                     "(more than Python's recursion limit)") from None
   if not isinstance(data, dict) or not isinstance(data.get("users"), list) or not isinstance(
       data.get("user_data"), dict):
     raise UsageError(f"{path} is not a LEAF data file: it needs \"users\" (a list) and "
@@ -199,7 +202,7 @@ def _parse(path: pathlib.Path) -> dict:
 def _head(path: pathlib.Path, want_first: bool) -> _File:
   try:
     info = _scan(path, want_first)
-  except (_NotLeafOrder, json.JSONDecodeError, UnicodeDecodeError):
+  except (_NotLeafOrder, json.JSONDecodeError, UnicodeDecodeError, RecursionError):
     data = _parse(path)
     users = data["users"]
     ns = data.get("num_samples")
@@ -262,12 +265,23 @@ def _describe(v) -> str:
 def _labels(ys, n: int, where: str) -> np.ndarray:
   y = np.asarray(ys)
   if y.shape != (len(ys),) or not (np.issubdtype(y.dtype, np.integer) or np.issubdtype(
-      y.dtype, np.floating) or y.dtype == bool) or (y.size and (y != np.round(y)).any()):
+      y.dtype, np.floating) or y.dtype == bool):
     raise UsageError(f"{where}: y must be integer labels")
+  bad = ~np.isfinite(y) | (y != np.round(y))
+  if bad.any():
+    i = int(np.argmax(bad))
+    raise UsageError(f"{where}: y must be integer labels; sample {i}'s is {ys[i]!r}")
   y = y.astype(np.int64)
   if y.size and (y.min() < 0 or y.max() >= n):
     raise UsageError(f"{where}: labels must be in [0, {n}), found {y.min()}..{y.max()}")
   return y.astype(np.int32)
+
+
+def _inside(name: str) -> bool:
+  """Whether an image name, taken as a path under the images directory, stays there."""
+  norm = os.path.normpath(name)
+  return bool(name) and "\0" not in name and not os.path.isabs(norm) and norm != ".." and (
+      not norm.startswith(".." + os.sep)) and norm != "."
 
 
 class _Converter:
@@ -292,12 +306,18 @@ class _Converter:
     dropped = 0
     if kind == "femnist":
       try:
-        x = (np.asarray(xs, np.float32) if n  # an empty user's [] has shape (0,)
-             else np.zeros((0, FEMNIST_SIDE * FEMNIST_SIDE), np.float32))
+        with np.errstate(over="ignore"):  # a number beyond float32 becomes inf, refused below
+          x = (np.asarray(xs, np.float32) if n  # an empty user's [] has shape (0,)
+               else np.zeros((0, FEMNIST_SIDE * FEMNIST_SIDE), np.float32))
       except (ValueError, TypeError):
         x = None
       if x is None or x.shape != (n, FEMNIST_SIDE * FEMNIST_SIDE):
         raise UsageError(f"{where}: FEMNIST's x must be lists of {FEMNIST_SIDE ** 2} numbers")
+      finite = np.isfinite(x).all(axis=1)
+      if not finite.all():
+        bad = int(np.argmin(finite))
+        raise UsageError(f"{where}: sample {bad}'s x holds a non-finite value (NaN, inf, "
+                         "null or beyond float32's range); pixels must be finite numbers")
       x = x.reshape((n,) + self.feature_shape)
       y = _labels(ys, NUM_CLASSES[kind], where)
     elif kind == "shakespeare":
@@ -313,6 +333,11 @@ class _Converter:
       y = _labels(ys, 2, where)
     else:
       y = _labels(ys, 2, where)
+      bad = next((i for i, name in enumerate(xs) if not _inside(name)), None)
+      if bad is not None:
+        raise UsageError(f"{where}: sample {bad}'s image name {xs[bad]!r} is not a file "
+                         f"name inside {self.images}/ (it is empty, absolute or leads out "
+                         "by '..'); LEAF's CelebA names files there, such as 000001.jpg")
       x = self._images(xs)
     return x, y, dropped
 
@@ -327,7 +352,7 @@ class _Converter:
 
   def _image(self, name: str) -> np.ndarray:
     from PIL import Image
-    path = self.images / name
+    path = self.images / os.path.normpath(name)  # what `_inside` checked
     try:
       with Image.open(path) as im:  # as LEAF's models/celeba/cnn.py: resize, then RGB
         im = im.resize((CELEBA_SIZE, CELEBA_SIZE), Image.Resampling.BICUBIC).convert("RGB")

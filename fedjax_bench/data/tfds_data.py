@@ -4,7 +4,8 @@ The first load reads the prepared TFDS data (array_record) through ``tfds.data_s
 which needs no TensorFlow, or, for datasets outside the TFDS catalog (CINIC-10), the
 image files (``image_folder``), and writes uint8 NHWC images and int32 labels to
 ``<cache_dir>/<name>-<version>/``. Later loads read only that cache and never import
-tensorflow_datasets.
+tensorflow_datasets; a corrupt cache (unreadable, labels out of range, shapes that
+disagree) is removed and converted again.
 """
 
 import dataclasses
@@ -89,25 +90,42 @@ def _cache_paths(cache_dir: pathlib.Path, name: str, spec: ImageSpec) -> dict[st
   return {k: d / f"{k}.npy" for k in _ARRAYS}
 
 
-def _check_arrays(a: dict[str, np.ndarray], spec: ImageSpec) -> bool:
+def _problem(a: dict[str, np.ndarray], spec: ImageSpec, suffix: str = "") -> str | None:
+  """What is wrong with the arrays (uint8 images of the spec's shape, as many integer
+  labels in [0, num_classes)), or None; ``suffix`` follows the arrays' names."""
   for split, n in (("train", spec.num_train), ("test", spec.num_test)):
     x, y = a[f"{split}_x"], a[f"{split}_y"]
-    if (x.dtype != np.uint8 or x.shape[1:] != spec.image_shape or y.ndim != 1
-        or x.shape[0] != y.shape[0] or (n is not None and y.shape[0] != n)):
-      return False
-  return True
+    xn, yn = f"{split}_x{suffix}", f"{split}_y{suffix}"
+    if x.dtype != np.uint8 or x.shape[1:] != spec.image_shape:
+      return (f"{xn} is {x.dtype} {x.shape}, expected uint8 [n, "
+              f"{', '.join(map(str, spec.image_shape))}]")
+    if y.ndim != 1 or x.shape[0] != y.shape[0] or (n is not None and y.shape[0] != n):
+      return (f"{yn} is {y.shape} for {xn} {x.shape}, expected "
+              f"[{n if n is not None else x.shape[0]}]")
+    if not np.issubdtype(y.dtype, np.integer):
+      return f"{yn} is {y.dtype}, not integer labels"
+    if y.size and (y.min() < 0 or y.max() >= spec.num_classes):
+      return f"{yn} holds labels {y.min()}..{y.max()}, outside [0, {spec.num_classes})"
+  return None
 
 
 def _read_cache(paths: dict[str, pathlib.Path],
-                spec: ImageSpec) -> tuple[dict[str, np.ndarray] | None, bool]:
-  """Returns (arrays, corrupt): (None, False) when the cache is absent or incomplete."""
+                spec: ImageSpec) -> tuple[dict[str, np.ndarray] | None, str | None]:
+  """Returns (arrays, problem): (None, None) when the cache is absent or incomplete, (None,
+  what is wrong) when it is corrupt."""
+  for p in paths.values():
+    if p.exists() and not p.is_file():
+      raise UsageError(f"the data cache file {p} is not a file (a directory?): delete it, "
+                       "and the cache is rebuilt from the dataset")
   if not all(p.exists() for p in paths.values()):
-    return None, False
-  try:
-    a = {k: np.load(p, allow_pickle=False) for k, p in paths.items()}
-  except (OSError, ValueError, EOFError):
-    return None, True
-  return (a, False) if _check_arrays(a, spec) else (None, True)
+    return None, None
+  a = {}
+  for k, p in paths.items():
+    try:
+      a[k] = np.load(p, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as e:
+      return None, f"{p.name} cannot be read: {e}"
+  return (None, problem) if (problem := _problem(a, spec, ".npy")) else (a, None)
 
 
 def _save_atomic(path: pathlib.Path, arr: np.ndarray) -> None:
@@ -182,9 +200,9 @@ def _convert(name: str, spec: ImageSpec, data_dir: str | None,
   for split, split_name in (("train", spec.train_split), ("test", spec.test_split)):
     a[f"{split}_x"], a[f"{split}_y"] = _read_split(tfds, ident, split_name, data_dir,
                                                    download)
-  if not _check_arrays(a, spec):
-    raise UsageError(f"TFDS {ident} in {data_dir} has unexpected shapes: "
-                     f"{ {k: v.shape for k, v in a.items()} }")
+  problem = _problem(a, spec)
+  if problem:
+    raise UsageError(f"TFDS {ident} in {data_dir} is not as expected: {problem}")
   return a
 
 
@@ -193,13 +211,17 @@ def load_arrays(name: str, data_dir: str | None = None,
   """train_x, train_y, test_x, test_y (uint8 NHWC images, int32 labels) and num_classes."""
   spec = _spec(name)
   paths = _cache_paths(resolve_cache_dir(cache_dir), name, spec)
-  arrays, corrupt = _read_cache(paths, spec)
+  arrays, problem = _read_cache(paths, spec)
   if arrays is None:
     cache_desc = str(paths["train_x"].parent)
-    if corrupt:
+    if problem:
       for p in paths.values():
-        p.unlink(missing_ok=True)
-      cache_desc += " (a corrupt cache there was removed)"
+        try:
+          p.unlink(missing_ok=True)
+        except OSError as e:
+          raise UsageError(f"the data cache {cache_desc} is corrupt ({problem}) and {p} "
+                           f"cannot be removed ({e}): delete it") from None
+      cache_desc += f" (a corrupt cache there was removed: {problem})"
     convert = image_folder.convert if spec.source == "folder" else _convert
     arrays = convert(name, spec, resolve_data_dir(data_dir), cache_desc)
     for k, p in paths.items():

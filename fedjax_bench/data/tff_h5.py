@@ -116,10 +116,26 @@ def _find(data_dir) -> tuple[str, pathlib.Path]:
 
 
 def _examples(f, path: pathlib.Path):
-  group = f.get(EXAMPLES)
+  group = _open(f, EXAMPLES, path) if EXAMPLES in f else None
   if group is None or not hasattr(group, "keys"):
     raise UsageError(f"{path} has no group {EXAMPLES!r}: not a TFF client file")
   return group
+
+
+def _open(group, name: str, path: pathlib.Path):
+  """``group[name]``; a link that leads nowhere is a UsageError naming it."""
+  try:
+    return group[name]
+  except (KeyError, OSError) as e:
+    import h5py
+    link = group.get(name, getlink=True)
+    if isinstance(link, h5py.SoftLink):
+      what = f"a soft link to {link.path}, which does not exist"
+    elif isinstance(link, h5py.ExternalLink):
+      what = f"an external link to {link.filename}:{link.path}, which cannot be opened"
+    else:
+      what = "unreadable"
+    raise UsageError(f"{path}: {group.name.rstrip('/')}/{name} is {what} ({e})") from None
 
 
 def _field(group, field: str, path: pathlib.Path, cid: str):
@@ -129,7 +145,12 @@ def _field(group, field: str, path: pathlib.Path, cid: str):
   if field not in group:
     raise UsageError(f"{path}: client {cid!r} has no dataset {field!r} (it has "
                      f"{', '.join(group.keys()) or 'none'})")
-  return group[field]
+  ds = _open(group, field, path)
+  if not hasattr(ds, "shape") or not ds.shape:
+    raise UsageError(f"{path}: client {cid!r}'s {field} is "
+                     f"{'a scalar' if hasattr(ds, 'shape') else 'a group'}, not a dataset of "
+                     "one row per sample")
+  return ds
 
 
 def _passages(group, path: pathlib.Path, cid: str) -> list[str]:
@@ -165,13 +186,21 @@ def _client(kind: str, group, path: pathlib.Path, cid: str, passages=None):
   if n and (y.min() < 0 or y.max() >= spec.num_classes):
     raise UsageError(f"{path}: client {cid!r}'s labels must be in [0, {spec.num_classes}), "
                      f"found {y.min()}..{y.max()}")
+  if x.dtype.kind not in "biuf":
+    raise UsageError(f"{path}: client {cid!r}'s {xname} are {x.dtype}, not numbers")
   if kind == "cifar100":
     if x.dtype != np.uint8:
       if not np.issubdtype(x.dtype, np.integer) or (n and (x.min() < 0 or x.max() > 255)):
         raise UsageError(f"{path}: client {cid!r}'s images are {x.dtype}, not 0..255 pixels")
       x = x.astype(np.uint8)
   else:
-    x = x.astype(np.float32)[..., None]
+    with np.errstate(over="ignore"):  # beyond float32 becomes inf, refused below
+      x = x.astype(np.float32)[..., None]
+    finite = np.isfinite(x).all(axis=(1, 2, 3))
+    if not finite.all():
+      raise UsageError(f"{path}: client {cid!r}'s {xname} of sample {int(np.argmin(finite))} "
+                       "hold a non-finite value (NaN or inf, or beyond float32's range); "
+                       "pixels must be finite numbers")
   return x, y.astype(np.int32), 0
 
 
@@ -193,16 +222,17 @@ def read(*, num_clients: int, partition: str | None = "natural", partition_seed:
       ids = sorted(ex.keys())
       passages = None
       if kind == "shakespeare":
-        passages = [_passages(ex[c], train_path, c) for c in ids]
+        passages = [_passages(_open(ex, c, train_path), train_path, c) for c in ids]
         counts = [_count(p) for p in passages]
       else:
-        counts = [_field(ex[c], spec.fields[1], train_path, c).shape[0] for c in ids]
+        counts = [_field(_open(ex, c, train_path), spec.fields[1], train_path, c).shape[0]
+                  for c in ids]
       chosen = choose(counts, num_clients, partition_seed, s.min_samples,
                       f"the clients of {train_path}")
       chosen_ids = [ids[i] for i in chosen]
       xs, ys = [], []
       for i, c in zip(chosen, chosen_ids):
-        x, y, drop = _client(kind, ex[c], train_path, c,
+        x, y, drop = _client(kind, _open(ex, c, train_path), train_path, c,
                              passages[i] if passages is not None else None)
         xs.append(x)
         ys.append(y)
@@ -213,7 +243,7 @@ def read(*, num_clients: int, partition: str | None = "natural", partition_seed:
                                                                if c in ex]
       parts = []
       for c in test_ids:
-        x, y, drop = _client(kind, ex[c], test_path, c)
+        x, y, drop = _client(kind, _open(ex, c, test_path), test_path, c)
         parts.append((x, y))
         dropped += drop
   except OSError as e:  # h5py's error for a file that is not HDF5

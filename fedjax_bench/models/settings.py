@@ -1,13 +1,15 @@
 """The model and objective settings (`fedjax_bench.settings`)."""
 
 from fedjax_bench import models as models_lib
-from fedjax_bench.settings import NON_NEGATIVE, POSITIVE, section, setting
+from fedjax_bench.settings import INT32, NON_NEGATIVE, POSITIVE, Check, section, setting
+
+WIDTHS = Check(lambda v: all(0 < w <= INT32[1] for w in v), f"must be widths in [1, {INT32[1]}]")
 
 
 @section("model and objective")
 class ModelSettings:
   model: str = setting("logreg", "Model.", choices=models_lib.MODELS)
-  mlp_hidden: tuple = setting((200, 200), "Hidden widths of --model=mlp.")
+  mlp_hidden: tuple = setting((200, 200), "Hidden widths of --model=mlp.", check=WIDTHS)
   zero_init: bool = setting(False, "Start from all-zero weights (--model=logreg only; the "
                             "FedAWE spec's toyfl experiment; the default of the asynchronous "
                             "algorithms on MNIST, AREA's x0 = 0).")

@@ -36,9 +36,12 @@ class WorldSettings:
                                       "FedAWE paper none).", check=PROBABILITY)
   availability_period: int = setting(20, "Period P of staircase/sine/interleaved_sine (and of "
                                      "cyclic).", check=POSITIVE)
-  availability_gamma: float = setting(0.3, "Amplitude gamma of the sine dynamics.")
-  availability_delta0: float = setting(0.1, "interleaved_sine: p_i^t below this is 0.")
-  availability_low: float = setting(0.4, "staircase: the factor of the low half-period.")
+  availability_gamma: float = setting(0.3, "Amplitude gamma of the sine dynamics.",
+                                      check=PROBABILITY)
+  availability_delta0: float = setting(0.1, "interleaved_sine: p_i^t below this is 0.",
+                                       check=PROBABILITY)
+  availability_low: float = setting(0.4, "staircase: the factor of the low half-period.",
+                                    check=PROBABILITY)
   markov_a: float = setting(0.05, "markov: the inactive -> active transition probability.",
                             check=PROBABILITY)
 

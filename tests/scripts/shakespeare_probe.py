@@ -1,7 +1,7 @@
 """A short FedAvg run of the char LSTM on the built Shakespeare, its curves saved (for the
 1-vs-4-device test).
 
-usage: shakespeare_probe.py OUT.npz
+usage: shakespeare_probe.py OUT.npz HOST_DEVICES
 """
 
 import sys
@@ -19,10 +19,10 @@ SETTINGS = dict(dataset="shakespeare", model="char_lstm", lstm_hidden=16, num_cl
                 train_eval_examples=300)
 
 
-def main(out):
-  r = api.run(seeds=[0, 1], progress=False, **SETTINGS)
+def main(out, host_devices):
+  r = api.run(seeds=[0, 1], progress=False, host_devices=int(host_devices), **SETTINGS)
   np.savez(out, **{k: np.asarray(v) for k, v in r.curves.items()})
 
 
 if __name__ == "__main__":
-  main(sys.argv[1])
+  main(*sys.argv[1:3])
