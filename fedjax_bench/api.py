@@ -8,7 +8,9 @@
 
 Settings are the command line's flag names as keyword arguments (``Config`` objects work
 too: ``fedjax_bench.run(cfg)``); ``output_dir=`` also writes the run's files
-(config.json, metrics.csv, summary.json, curves.png; TensorBoard with ``tensorboard=True``).
+(config.json, metrics.csv, summary.json, curves.png; TensorBoard with ``tensorboard=True``):
+a directory holding another configuration's results is refused (``overwrite=True``
+replaces them), and one holding this configuration's finished run is not run again.
 No absl parsing is involved.
 """
 
@@ -25,7 +27,6 @@ from fedjax_bench import checkpoint, compile_cache, config as config_lib, flags,
 from fedjax_bench import host_devices, settings
 from fedjax_bench import console
 from fedjax_bench.config import Config
-from fedjax_bench.console import rate  # noqa: F401 (api.rate, as before)
 from fedjax_bench.errors import UsageError
 
 
@@ -35,7 +36,7 @@ class Result:
   seeds: list[int]
   grid: list[dict]
   summary: dict            # the summary.json contract
-  history: results.History
+  history: results.History  # None where output_dir already held this run's results
   output_dir: str | None
   diverged: list[dict]     # [{"hparams", "seed", "round"}] of the runs that diverged
 
@@ -193,6 +194,9 @@ def _execute(cfg: Config, seeds: list[int], grid: list[dict], progress: bool, ar
     if grid:
       print(f"sweep: {len(grid)} grid points x {console.count(len(seeds), 'seed')} = "
             f"{len(grid) * len(seeds)} runs in one program", flush=True)
+    from fedjax_bench import experiment
+    for note in experiment.notes(exp):
+      sys.stderr.write(f"warning: {note}\n")
   run_config = {"name": name, "flags": cfg.flat(), "seeds": seeds, "grid": grid,
                 "argv": list(argv if argv is not None else sys.argv),
                 "started": datetime.datetime.now().isoformat(timespec="seconds"),

@@ -107,6 +107,22 @@ def setup(cfg: Config | Mapping[str, Any], *, dataset: Dataset | None = None,
   return Experiment(dataset, task, world, hparams, build, cfg)
 
 
+def notes(exp: Experiment) -> list[str]:
+  """One line each on valid settings that waste most of a run's work (the command line
+  prints them before it trains)."""
+  out = []
+  hp = exp.hparams
+  batch, sampling = getattr(hp, "batch_size", None), getattr(hp, "sampling", None)
+  if batch is not None and sampling in ("shuffle", "shuffle_drop_last"):
+    largest = int(np.max(exp.dataset.train.counts))
+    if batch > largest:
+      out.append(f"--batch_size={batch} exceeds every client's examples (at most {largest}): "
+                 f"each local step computes {batch} rows, at most {largest} of them examples "
+                 f"(--sampling={sampling}); --batch_size={largest} takes the same full-batch "
+                 f"steps at {largest / batch:.2g} of the cost")
+  return out
+
+
 def client_steps(hp, counts) -> np.ndarray:
   """Each client's local steps from its local-training settings and its example count."""
   return world_lib.client_steps(counts, local_steps=hp.local_steps,

@@ -2,14 +2,12 @@
 live runs are refused, interrupts and failed writes end in one line with the last checkpoint
 kept, and a resume must match the data and the device layout it continues (issue 37)."""
 
-import errno
 import fcntl
 import json
 import os
 import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest

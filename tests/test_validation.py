@@ -155,6 +155,13 @@ def test_every_number_setting_refuses_non_finite_and_int32_overflow():
         spec.convert(math.inf)
 
 
+def test_a_setting_declared_to_take_inf_takes_it():
+  cfg = config.resolve(algo="dp_fedavg", dp_clip=math.inf, dp_noise_multiplier=0.0)
+  assert cfg.hparams.dp_clip == math.inf
+  with pytest.raises(UsageError, match="--dp_clip=nan must be a finite number"):
+    config.resolve(algo="dp_fedavg", dp_clip=math.nan)
+
+
 @pytest.mark.parametrize("participation", ["uniform", "bernoulli", "full"])
 def test_no_noise_is_infinite_epsilon_not_a_crash(participation):
   from fedjax_bench.algorithms import dp_fedavg

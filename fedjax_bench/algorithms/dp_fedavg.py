@@ -33,7 +33,7 @@ DELTA = Check(lambda v: 0 < v < 1, "must be in (0, 1)")
 @section("dp_fedavg")
 class Hparams(rounds.Synchronous):
   dp_clip: float = setting(1.0, "S: each client's update is clipped to this L2 norm (inf: no "
-                           "clipping).", check=POSITIVE, sweep=True)
+                           "clipping).", check=POSITIVE, sweep=True, allow_inf=True)
   dp_noise_multiplier: float = setting(1.0, "z: the Gaussian noise on the sum of the clipped "
                                        "updates has standard deviation z S (0: none).",
                                        check=NON_NEGATIVE, sweep=True)
