@@ -68,8 +68,8 @@ def declarations() -> dict[str, tuple[settings.Spec, list[str]]]:
 
 
 def _alike(a: settings.Spec, b: settings.Spec) -> bool:
-  return (a.kind, a.choices and set(a.choices), a.check) == (b.kind, b.choices and
-                                                             set(b.choices), b.check)
+  return ((a.kind, a.choices and set(a.choices), a.check, a.allow_inf, a.limits)
+          == (b.kind, b.choices and set(b.choices), b.check, b.allow_inf, b.limits))
 
 
 def _help(spec: settings.Spec, readers: list[str]) -> str:

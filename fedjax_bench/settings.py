@@ -96,7 +96,7 @@ class Spec:
   def convert(self, value):
     """``value`` as this setting's type, checked; UsageError naming the problem. A NumPy
     or concrete JAX scalar is converted to its Python value first; a tracer or an array
-    of more than one dimension (a grid's values in the engine) passes unchanged."""
+    of one or more dimensions (a grid's values in the engine) passes unchanged."""
     if hasattr(value, "shape") and hasattr(value, "dtype") and self.kind is not tuple:
       if getattr(value, "ndim", None) != 0 or _is_tracer(value):
         return value

@@ -30,7 +30,7 @@ def norm(value):
 
 # Settings added since the configurations were recorded (and those left out of run
 # fingerprints at their default for that reason).
-NEW = ("tensorboard", "compile_cache", "checkpoint_max_share", "local_optimum",
+NEW = ("tensorboard", "compile_cache", "checkpoint_max_share", "local_optimum", "overwrite",
        "local_optimum_steps") + api._OMITTED_AT_DEFAULT
 
 def compare(key, cfg, grid, exp):

@@ -212,9 +212,9 @@ def test_bad_input_on_the_command_line_is_one_line_and_exit_2(args, message, tmp
 
 
 def test_the_flags_module_imports_alone():
-  r = subprocess.run([sys.executable, "-c", "import fedjax_bench.flags as f; print(len(f.names()))"],
-                     capture_output=True, text=True, timeout=120, cwd=REPO,
-                     env=dict(os.environ, PYTHONPATH=str(REPO)))
+  code = "import fedjax_bench.flags as f; print(len(f.names()))"
+  r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                     cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)))
   assert r.returncode == 0 and int(r.stdout) >= 130, r.stderr[-2000:]
 
 
