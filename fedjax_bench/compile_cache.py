@@ -13,6 +13,7 @@ least recently used entries go until it holds 3/4 of that. A pruned entry only c
 next run that needs it its compilation.
 """
 
+import logging
 import os
 
 from fedjax_bench.data.tfds_data import resolve_cache_dir
@@ -102,6 +103,38 @@ def prune(path: str, limit: float) -> int:
     total -= size
     removed += 1
   return removed
+
+
+def compile(lower):
+  """``lower().compile()`` (``lower``: a thunk that lowers the program). JAX trusts its cache's entries: one that does not fit the
+  program it is filed under (damaged, or swapped by hand) fails inside JAX, or would
+  compute another program. A compile that fails with the cache on is tried again without
+  it; if that works, the cache is at fault: one line naming it instead of a traceback."""
+  import jax
+  path = jax.config.jax_compilation_cache_dir
+  try:
+    return lower().compile()
+  except Exception:
+    if not path or not jax.config.jax_enable_compilation_cache:
+      raise
+    from jax.experimental.compilation_cache import compilation_cache
+    quiet = logging.getLogger("jax._src.compilation_cache")
+    level = quiet.level
+    quiet.setLevel(logging.WARNING)  # no "Resetting cache" lines
+    jax.config.update("jax_enable_compilation_cache", False)
+    compilation_cache.reset_cache()  # JAX decides once whether to use it
+    jax.clear_caches()  # and keeps what it loaded in memory
+    try:
+      lower().compile()
+    except Exception:
+      raise  # not the cache's fault
+    finally:
+      jax.config.update("jax_enable_compilation_cache", True)
+      compilation_cache.reset_cache()
+      quiet.setLevel(level)
+    raise UsageError(f"the compilation cache {path} holds a program that does not fit the "
+                     f"one it is filed under (damaged or edited); delete {path}, or run "
+                     "with --nocompile_cache") from None
 
 
 def disable() -> None:

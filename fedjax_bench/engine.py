@@ -3,8 +3,11 @@ as one vmapped program sharded over devices.
 
 Every (grid point, seed) pair is one *run*; runs are a leading axis of every state leaf.
 Run r = g * num_seeds + s. A run's key is `keys.root(seed)`; its initialization draws from
-`keys.init_key`, round t from `keys.round_key(run_key, t)` (core/keys.py), so a run's numbers
-depend neither on the other runs nor on how many devices share them.
+`keys.init_key`, round t from `keys.round_key(run_key, t)` (core/keys.py), so a run draws
+the same random numbers whatever the other runs and the devices. Its float results still
+follow the device layout (`devices`: how the runs and each cohort are split changes the
+order of additions and the shapes XLA vectorizes): the same layout gives the same bits,
+another agrees to float tolerance (`host_devices.py`).
 """
 
 import dataclasses
@@ -19,6 +22,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from fedjax_bench import checkpoint as checkpoint_lib
+from fedjax_bench import compile_cache
 from fedjax_bench import settings
 from fedjax_bench.run_settings import RunSettings
 from fedjax_bench.core import cohort, keys
@@ -267,7 +271,7 @@ def run(build: Builder, task: Task, hparams: dict, *, seeds: list[int], rounds: 
   def compiled(fn, out_shardings, *args):
     nonlocal compile_seconds
     t0 = time.perf_counter()
-    exe = jax.jit(fn, out_shardings=out_shardings).lower(*args).compile()
+    exe = compile_cache.compile(lambda: jax.jit(fn, out_shardings=out_shardings).lower(*args))
     compile_seconds += time.perf_counter() - t0
     return exe
 

@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 from conftest import REPO
+from fedjax_bench import compile_cache
 
 ARGS = ["--rounds=2", "--eval_every=1", "--seeds=1", "--num_clients=10"]
 
@@ -76,3 +77,26 @@ def test_turning_the_cache_on_prunes_it(tmp_path, monkeypatch):
     monkeypatch.undo()
     compile_cache.enable() or compile_cache.disable()  # the suite's cache again
   assert [f.exists() for f in files] == [True, True, False, False]  # 400 -> 200 bytes
+
+
+def test_swapped_cache_entries_are_one_line_not_a_traceback(tmp_path):
+  cache = tmp_path / "xla"
+  env = {**os.environ, compile_cache.ENV: str(cache), "JAX_PLATFORMS": "cpu"}
+  cmd = [sys.executable, str(REPO / "benchmarks" / "run.py"), "--rounds=2",
+         "--eval_every=1", "--seeds=1", "--host_devices=1", "--num_clients=8",
+         "--clients_per_round=2"]
+  first = subprocess.run(cmd + [f"--output_dir={tmp_path / 'a'}"], env=env,
+                         capture_output=True, text=True, timeout=300)
+  assert first.returncode == 0, first.stderr[-2000:]
+  # The two largest programs of the run (its round blocks and its evaluation), swapped.
+  a, b = sorted(cache.iterdir(), key=lambda p: p.stat().st_size)[-2:]
+  data_a, data_b = a.read_bytes(), b.read_bytes()
+  a.write_bytes(data_b)
+  b.write_bytes(data_a)
+  second = subprocess.run(cmd + [f"--output_dir={tmp_path / 'b'}"], env=env,
+                          capture_output=True, text=True, timeout=300)
+  assert second.returncode == 2, second.stderr[-2000:]
+  assert second.stderr.splitlines()[-1] == (
+      f"error: the compilation cache {cache} holds a program that does not fit the one it is "
+      f"filed under (damaged or edited); delete {cache}, or run with --nocompile_cache")
+  assert "Traceback" not in second.stderr
