@@ -95,7 +95,7 @@ def check(ps, root: str, strict: bool) -> int:
     records = records_of(p, root)
     st = states(p, records)
     if p.name in papers.PENDING:
-      made = sum(s == "fresh" for s in st.values())
+      made = sum(s == "fresh" or s.startswith("code changed") for s in st.values())
       print(f"{p.name}: pending, not checked: {made} of its {len(st)} runs made "
             f"(python benchmarks/claims.py {p.name} makes the others)")
       continue
@@ -156,17 +156,22 @@ def make(p, root: str, claim_id: str, force: bool) -> int:
 
 
 def write_report(p, root: str) -> dict:
-  """Writes the paper's REPORT.md and figures from its committed runs when all are fresh;
-  returns the records."""
+  """Writes the paper's REPORT.md and figures from its committed runs when each has the
+  configuration its declaration gives (a run made on code changed since is reported, as
+  `--check` accepts it, and named; `--check --strict` fails on it); returns the records."""
   records = records_of(p, root)
-  stale = {n: s for n, s in states(p, records).items() if s != "fresh"}
-  if stale:  # only with --claim: the others' runs were not made
-    print(f"{p.name}: REPORT.md not written, {len(stale)} runs not fresh "
-          f"(python benchmarks/claims.py {p.name})")
+  st = states(p, records)
+  unusable = {n: s for n, s in st.items() if s != "fresh" and not s.startswith("code changed")}
+  if unusable:  # only with --claim: the others' runs were not made
+    print(f"{p.name}: REPORT.md not written, {len(unusable)} runs missing or of another "
+          f"configuration (python benchmarks/claims.py {p.name})")
   else:
     results.atomic_write_text(report_path(p, root), paper_lib.render(p, records))
     paper_lib.plot(p, records, root)
-    print(f"wrote {report_path(p, root)}")
+    changed = sum(s.startswith("code changed") for s in st.values())
+    note = (f" ({changed} of its runs made on code changed since: python benchmarks/claims.py "
+            f"{p.name} reruns them)" if changed else "")
+    print(f"wrote {report_path(p, root)}{note}")
   return records
 
 

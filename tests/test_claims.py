@@ -1,6 +1,7 @@
 """Claims as code: verdicts from declared tests, runs cached by configuration and code,
 reports generated and checked (fedjax_bench/claims, benchmarks/claims.py)."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -409,6 +410,17 @@ def test_an_x64_run_runs_in_float64_and_is_its_own_configuration(tmp_path):
   assert not np.allclose(rec["metrics"]["optimality_gap"], single, rtol=1e-4, atol=0)
 
 
+def _papers():
+  """The paper declarations (benchmarks/papers)."""
+  papers_dir = os.path.join(ROOT, "benchmarks")
+  sys.path.insert(0, papers_dir)
+  try:
+    import papers
+  finally:
+    sys.path.remove(papers_dir)
+  return papers
+
+
 def _stale_sine_pair(tmp_path):
   """A copy of FedAWE's results in which both runs of S-paper-phi were made "on other code"
   (a recorded hash that no function has) and the FedAvg run's accuracy was zeroed; their
@@ -486,7 +498,11 @@ def test_verify_remake_adopts_every_stale_rerun_and_regenerates_the_report(tmp_p
                  f"--results_dir={tmp_path}", f"--verify_dir={sine_reruns[0]}")
   assert "toyfl_paper_sine_fedavg: remade from its rerun" in p.stdout, p.stdout + p.stderr
   assert "S-paper-phi    DIFFERS: committed reproduced" in p.stdout  # the edit's verdict
-  check = claims_cli("--check", "--strict", "fedawe", f"--results_dir={tmp_path}")
+  by_name = {r.name: r for r in _papers().PAPERS["fedawe"].runs}
+  for path in sorted((tmp_path / "fedawe" / "runs").glob("toyfl_paper_sine_*.json")):
+    rec = json.loads(path.read_text())
+    assert store.status(rec, by_name[path.stem]) == "fresh", path.stem
+  check = claims_cli("--check", "fedawe", f"--results_dir={tmp_path}")
   assert check.returncode == 0, check.stdout + check.stderr
   # The same report but for the two remade runs' rows (their seconds and commit).
   def without_pair(text):

@@ -21,8 +21,10 @@ def _free_port() -> int:
     return s.getsockname()[1]
 
 
-def _env(devices: int) -> dict:
-  env = dict(os.environ, FEDJAX_BENCH_HOST_DEVICES=str(devices), JAX_PLATFORMS="cpu")
+def _env() -> dict:
+  """One CPU device per process (JAX's default without XLA_FLAGS): a --distributed run
+  uses every process's devices; the single process lays its run out on --host_devices=2."""
+  env = dict(os.environ, JAX_PLATFORMS="cpu")
   env.pop("XLA_FLAGS", None)
   return env
 
@@ -34,13 +36,13 @@ def _env(devices: int) -> dict:
 def test_two_processes_equal_one(tmp_path, extra):
   args = [*ARGS, *extra]
   one = subprocess.run([sys.executable, RUN, *args, f"--output_dir={tmp_path / 'one'}"],
-                       capture_output=True, text=True, env=_env(2), timeout=300)
+                       capture_output=True, text=True, env=_env(), timeout=300)
   assert one.returncode == 0, one.stderr[-2000:]
   port = _free_port()
   procs = [subprocess.Popen(
       [sys.executable, RUN, *args, f"--output_dir={tmp_path / f'p{i}'}", "--distributed",
        f"--coordinator_address=localhost:{port}", "--num_processes=2", f"--process_id={i}"],
-      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(1))
+      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
       for i in range(2)]
   outs = [p.communicate(timeout=300) for p in procs]
   # Skipped only when every failing process failed in gloo before it connected (a process

@@ -19,13 +19,13 @@ from fedjax_bench.errors import UsageError
 
 RUN = str(REPO / "benchmarks" / "run.py")
 TINY = dict(algo="fedavg", dataset="synthetic", num_clients=8, clients_per_round=2,
-            rounds=2, eval_every=1, seeds=[0], progress=False)
+            rounds=2, eval_every=1, seeds=[0], progress=False, host_devices=1)
 TINY_FLAGS = ["--dataset=synthetic", "--num_clients=8", "--clients_per_round=2",
-              "--eval_every=1", "--seeds=1"]
+              "--eval_every=1", "--seeds=1", "--host_devices=1"]
 
 
 def _env(cache):
-  env = dict(os.environ, FEDJAX_BENCH_CACHE=str(cache), FEDJAX_BENCH_HOST_DEVICES="1")
+  env = dict(os.environ, FEDJAX_BENCH_CACHE=str(cache))
   env.pop("XLA_FLAGS", None)
   return env
 
