@@ -3,7 +3,9 @@
   python benchmarks/claims.py --check            # committed reports = what the runs give
   python benchmarks/claims.py --list [PAPER ...]  # each claim's verdict, each run's state
   python benchmarks/claims.py PAPER [--claim=ID] [--force]
-      # makes PAPER's missing and stale runs (or claim ID's), then writes its REPORT.md
+      # makes PAPER's missing and stale runs (or claim ID's), then writes its report files
+  python benchmarks/claims.py --report_only PAPER [PAPER ...]
+      # writes the report files from the committed runs, running nothing
   python benchmarks/claims.py --verify [PAPER ...] [--claim=ID] [--refresh | --remake]
       # reruns them aside; fails if a verdict differs from the committed runs' one; a
       # whole paper's verification is written to results/PAPER/VERIFY.md (the slow tier:
@@ -15,11 +17,14 @@ A paper is declared in benchmarks/papers/PAPER.py: its runs (settings, seeds) an
 claims (the paper's statement and number, the test that gives the verdict). Runs are
 cached in results/PAPER/runs/, one JSON file each, with the key of their configuration
 and the hashes of the library code they ran on; a run whose configuration or code
-changed is stale: `PAPER` reruns it before writing the report. `--check` reads files
-only (the default test suite runs it): it fails when a report is not what the runs give
-or a run is missing or of another configuration, and warns about runs made on code that
-changed since (`--strict`: fails on them too), so a library change does not wait on
-hours of reruns, and the warning says which reports to regenerate.
+changed is stale: `PAPER` reruns it before writing the report. The report is three files
+in results/PAPER/: REPORT.md (the answer: the paper, the setting, the verdict counts, the
+claim tables, the figures), VERDICTS.md (how each verdict is computed) and RUNS.md (the
+runs, their times and commands). `--check` reads files only (the default test suite runs
+it): it fails when a report file is not what the runs give or a run is missing or of
+another configuration, and warns about runs made on code that changed since (`--strict`:
+fails on them too), so a library change does not wait on hours of reruns, and the warning
+says which reports to regenerate.
 """
 
 import os
@@ -36,13 +41,17 @@ from fedjax_bench.claims import paper as paper_lib, store  # noqa: E402
 from fedjax_bench.errors import UsageError  # noqa: E402
 import papers  # noqa: E402  (benchmarks/papers/)
 
-flags.DEFINE_bool("check", False, "Fail if a committed REPORT.md differs from what its "
-                  "committed runs produce, or a run is missing or of another "
+flags.DEFINE_bool("check", False, "Fail if a committed report file (REPORT.md, VERDICTS.md, "
+                  "RUNS.md) differs from what its committed runs produce, or a run is missing or of another "
                   "configuration; runs made on code changed since are a warning.")
 flags.DEFINE_bool("strict", False, "With --check, runs made on code changed since fail too.")
 flags.DEFINE_bool("list", False, "Print each claim's verdict and each run's state.")
 flags.DEFINE_string("claim", "", "Only this claim's runs (with a PAPER).")
 flags.DEFINE_bool("force", False, "Rerun the runs even when fresh.")
+flags.DEFINE_bool("report_only", False, "Write the named papers' report files and figures "
+                  "from their committed runs, running nothing (runs made on code changed "
+                  "since are reported, as --check accepts them); fails if a run is missing "
+                  "or of another configuration.")
 flags.DEFINE_bool("verify", False, "Rerun the papers' runs (every paper's, or those named; "
                   "with --claim one claim's) in a temporary directory, leaving the committed "
                   "ones, and fail if a verdict differs from the committed runs' one; a whole "
@@ -80,8 +89,8 @@ def records_of(p, root: str) -> dict:
   return out
 
 
-def report_path(p, root: str) -> str:
-  return os.path.join(p.directory(root), "REPORT.md")
+def report_path(p, root: str, file: str = "REPORT.md") -> str:
+  return os.path.join(p.directory(root), file)
 
 
 def states(p, records) -> dict:
@@ -105,13 +114,13 @@ def check(ps, root: str, strict: bool) -> int:
       if s.startswith("code changed") and not strict:
         print(f"{p.name}: warning: run {n} is stale, {s} "
               f"(python benchmarks/claims.py {p.name} reruns it)")
-    path = report_path(p, root)
     if not problems:
-      want = paper_lib.render(p, records)
-      have = open(path).read() if os.path.exists(path) else None
-      if have != want:
-        problems.append(f"{path} differs from what its runs produce "
-                        f"(python benchmarks/claims.py {p.name})")
+      for file, want in paper_lib.render(p, records).items():
+        path = report_path(p, root, file)
+        have = open(path).read() if os.path.exists(path) else None
+        if have != want:
+          problems.append(f"{path} differs from what its runs produce "
+                          f"(python benchmarks/claims.py --report_only {p.name})")
     for line in problems:
       print(f"{p.name}: {line}")
     print(f"{p.name}: {'FAILED' if problems else 'ok'}")
@@ -146,7 +155,7 @@ def make(p, root: str, claim_id: str, force: bool) -> int:
   for i, r in enumerate(todo):
     print(f"[{i + 1}/{len(todo)}] {r.name}", flush=True)
     store.execute(p.runs_dir(root), r)
-  records = write_report(p, root)
+  records = write_report(p, root) or records_of(p, root)
   for c in p.claims:
     if claim_id in ("", c.id) and all(n in records for n in
                                       (c.test.runs() if c.test is not None else ())):
@@ -156,22 +165,25 @@ def make(p, root: str, claim_id: str, force: bool) -> int:
 
 
 def write_report(p, root: str) -> dict:
-  """Writes the paper's REPORT.md and figures from its committed runs when each has the
-  configuration its declaration gives (a run made on code changed since is reported, as
-  `--check` accepts it, and named; `--check --strict` fails on it); returns the records."""
+  """Writes the paper's report files (`paper_lib.REPORT_FILES`) and figures from its
+  committed runs when each has the configuration its declaration gives (a run made on
+  code changed since is reported, as `--check` accepts it, and named; `--check --strict`
+  fails on it); returns the records, or None when a run is missing or of another
+  configuration."""
   records = records_of(p, root)
   st = states(p, records)
   unusable = {n: s for n, s in st.items() if s != "fresh" and not s.startswith("code changed")}
-  if unusable:  # only with --claim: the others' runs were not made
-    print(f"{p.name}: REPORT.md not written, {len(unusable)} runs missing or of another "
+  if unusable:  # with --claim, the others' runs may not be made
+    print(f"{p.name}: report not written, {len(unusable)} runs missing or of another "
           f"configuration (python benchmarks/claims.py {p.name})")
-  else:
-    results.atomic_write_text(report_path(p, root), paper_lib.render(p, records))
-    paper_lib.plot(p, records, root)
-    changed = sum(s.startswith("code changed") for s in st.values())
-    note = (f" ({changed} of its runs made on code changed since: python benchmarks/claims.py "
-            f"{p.name} reruns them)" if changed else "")
-    print(f"wrote {report_path(p, root)}{note}")
+    return None
+  for file, text in paper_lib.render(p, records).items():
+    results.atomic_write_text(report_path(p, root, file), text)
+  paper_lib.plot(p, records, root)
+  changed = sum(s.startswith("code changed") for s in st.values())
+  note = (f" ({changed} of its runs made on code changed since: python benchmarks/claims.py "
+          f"{p.name} reruns them)" if changed else "")
+  print(f"wrote {', '.join(report_path(p, root, f) for f in paper_lib.REPORT_FILES)}{note}")
   return records
 
 
@@ -259,11 +271,16 @@ def main(argv) -> int:
     return check(chosen(names), root, FLAGS.strict)
   if FLAGS.list:
     return listing(chosen(names), root)
+  if FLAGS.report_only:
+    if not names:
+      raise UsageError("name the papers whose report files to write (valid: "
+                       + ", ".join(papers.PAPERS) + ")")
+    return max(int(write_report(p, root) is None) for p in chosen(names))
   if FLAGS.verify and not FLAGS.claim:
     return max(verify(p, root, "", FLAGS.refresh, FLAGS.remake) for p in chosen(names))
   if len(names) != 1:
     raise UsageError("name one paper to run (valid: " + ", ".join(papers.PAPERS)
-                     + "), or pass --check, --list or --verify")
+                     + "), or pass --check, --list, --report_only or --verify")
   if FLAGS.verify:
     return verify(chosen(names)[0], root, FLAGS.claim, FLAGS.refresh, FLAGS.remake)
   return make(chosen(names)[0], root, FLAGS.claim, FLAGS.force)

@@ -192,19 +192,6 @@ def given_values() -> dict:
   return out
 
 
-def passed_on(allowed, *, also=("seeds",), hint: str = "") -> dict:
-  """A benchmark script's run flags: {name: value} of those in ``allowed`` that the user
-  gave. Any other run flag given (besides ``also``, which the script reads itself) is an
-  error: the script would not pass it on, so it would change nothing."""
-  unread = sorted(n for n in (*names(), *RUN_ONLY)
-                  if n in FLAGS and FLAGS[n].present and n not in allowed and n not in also)
-  if unread:
-    passes = ", ".join(f"--{n}" for n in (*also, *allowed))
-    raise UsageError(f"{', '.join('--' + n for n in unread)}: not read by this script; it "
-                     f"passes on {passes}{hint}")
-  return {n: FLAGS[n].value for n in allowed if FLAGS[n].present}
-
-
 def parse_seeds(text) -> list[int]:
   """--seeds: a count (3: seeds 0, 1, 2), a comma list ("5,7"), or (from Python) a list.
   A seed is an integer in [0, MAX_SEED]."""
@@ -263,7 +250,7 @@ def grid(axes: dict[str, Sequence[float]]) -> list[dict]:
 
 
 def markdown() -> str:
-  """FLAGS.md: every flag by section, with its default, who reads it and its help (the
+  """docs/FLAGS.md: every flag by section, with its default, who reads it and its help (the
   committed file is checked against this by tests/test_settings.py)."""
   lines = ["# Flags", "",
            "Generated from the settings declarations by `python -m fedjax_bench.flags`; "
@@ -295,5 +282,5 @@ def markdown() -> str:
 
 
 if __name__ == "__main__":
-  with open("FLAGS.md", "w") as f:
+  with open("docs/FLAGS.md", "w") as f:
     f.write(markdown())

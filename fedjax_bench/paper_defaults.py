@@ -1,9 +1,9 @@
 """The papers' settings, taken by the settings a user does not give.
 
 `with_defaults(values, given)` works on the flat {name: value} view of a run's settings
-(`config.Config.flat`): the asynchronous algorithms on AREA's problems (spec 002 §5), the
-loss-aware aggregation algorithms on the FedSoftMax paper's MNIST setting (spec 003 §6)
-and the prioritized-FL algorithms' protocol (spec 004 §3). A default that does not depend
+(`config.Config.flat`): the asynchronous algorithms on AREA's problems (its Section 5.1), the
+loss-aware aggregation algorithms on the FedSoftMax paper's MNIST setting (its §3.1)
+and the prioritized-FL algorithms' protocol (its Section 4, App. B). A default that does not depend
 on the dataset or on other settings is not here but in the algorithm's ``Hparams``, unless
 it is a paper's choice of a setting that other algorithms share (participation, the
 aggregation weights): then it is here, and `fixed` lists it for the docs.
@@ -19,8 +19,8 @@ from fedjax_bench.data import per_seed as per_seed_lib
 from fedjax_bench.errors import UsageError
 from fedjax_bench.sim import asynchrony
 
-# The AREA paper's setting (spec 002 §5), taken by every flag the user did not give when an
-# asynchronous algorithm runs on one of its problems; x0 = 0 (spec §8 row 12: the initial gap
+# The AREA paper's setting (Section 5.1), taken by every flag the user did not give when an
+# asynchronous algorithm runs on one of its problems; x0 = 0 (our choice, docs/papers/area.md: the initial gap
 # is then ln 10 - f*). The quadratic's linear model always starts at 0.
 ASYNC_DEFAULTS = {
     "mnist": dict(num_clients=128, partition="dirichlet", alpha=0.1, model="logreg",
@@ -127,7 +127,7 @@ def _simulated_rounds(cfg: dict, rates: np.ndarray, horizon: float, trials: int 
   return int(np.ceil(1.1 * counts.max())) + 10
 
 
-# --- the FedSoftMax paper's MNIST setting (spec 003 §6), for the flags not given ------------
+# --- the FedSoftMax paper's MNIST setting (§3.1), for the flags not given -------------------
 HETERO_AGG_ALGOS = ("fedmax", "fedmax_k", "fedsoftmax", "fednova")
 HETERO_AGG_DEFAULTS = {
     "mnist": dict(num_clients=50, participation="full", partition="very_noniid",
@@ -138,7 +138,7 @@ HETERO_AGG_DEFAULTS = {
 
 def hetero_agg_defaults(cfg: dict, given) -> dict:
   """The paper's setting on MNIST, and --softmax_temperature=T as --softmax_beta=1/T.
-  client_lr is the spec's calibrated guess (A7), not the paper's 1e-4."""
+  client_lr is our calibrated guess (docs/papers/hetero_agg.md), not the paper's 1e-4."""
   cfg = dict(cfg)
   for key, value in HETERO_AGG_DEFAULTS.get(cfg["dataset"], {}).items():
     if key not in given:
@@ -150,7 +150,7 @@ def hetero_agg_defaults(cfg: dict, given) -> dict:
   return cfg
 
 
-# --- prioritized FL (spec 004 §3), for the flags not given ----------------------------------
+# --- prioritized FL (FedALIGN's Section 4, App. B), for the flags not given -----------------
 # Full participation (the algorithms sample P and the free clients themselves) and the
 # objective's weights p_k = D_k / sum_P D_i (every other algorithm aggregates uniformly).
 PRIORITIZED_DEFAULTS = {"participation": "full", "weighting": "data_size"}

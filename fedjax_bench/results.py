@@ -1,7 +1,6 @@
 """Writes and reads a run's results: config.json, metrics.csv, summary.json, curves.png.
 
-The layout of summary.json is the contract that scripts and tests read (see DESIGN.md,
-"The command line" and "Results"):
+The layout of summary.json is the contract that scripts and tests read:
 
   {"config": {...},
    "final": {metric: {"mean", "std", "per_seed"}             # without a grid
@@ -614,16 +613,3 @@ def _version(module: str) -> str | None:
       return getattr(__import__(module), '__version__', None)
     except Exception:  # pylint: disable=broad-except
       return None
-
-
-def select_curve(candidates, full_precision: float, tol: float = 0.1):
-  """The paper's curve-selection rule (spec 001 §4.8) over (bits, accuracy, label) triples:
-  the most compressed (fewest bits per message) whose accuracy is within `tol` points of
-  full precision, else the most accurate one. Returns its label."""
-  candidates = list(candidates)
-  if not candidates:
-    raise ValueError("select_curve: no candidates")
-  good = [c for c in candidates if c[1] >= full_precision - tol]
-  if good:
-    return min(good, key=lambda c: (c[0], -c[1]))[2]
-  return max(candidates, key=lambda c: (c[1], -c[0]))[2]

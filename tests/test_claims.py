@@ -124,15 +124,20 @@ def test_report_is_a_function_of_the_records():
   recs = records(a=[3.0, 3.1, 2.9], b=[1.0, 1.0, 1.0])
   for r in recs.values():
     r.update(seconds=1.0, commit="abc")
-  text = render(paper, recs)
-  assert text == render(paper, recs)
+  files = render(paper, recs)
+  assert files == render(paper, recs)
+  assert sorted(files) == ["REPORT.md", "RUNS.md", "VERDICTS.md"]
+  text = files["REPORT.md"]  # the answer: the verdicts and their tables
   assert "| c1 | a beats b | +1 | +2.00 [+1.75, +2.25], n=3 | **reproduced** |" in text
   assert "| c2 | on GPU | — | — | **not attempted**: needs a GPU |" in text
   assert "Verdicts: 1 reproduced, 1 not attempted." in text
-  assert "`python benchmarks/run.py --algo=fedavg --seeds=0,1,2`" in text
-  assert "| a | 0,1,2 | 1 | — | — | abc |" in text  # recorded before CPU seconds and load were
+  assert "How each verdict is computed" not in text and "| a | 0,1,2 |" not in text
+  assert "- **c1**: " in files["VERDICTS.md"] and "--claim=c1" in files["VERDICTS.md"]
+  runs = files["RUNS.md"]
+  assert "`python benchmarks/run.py --algo=fedavg --seeds=0,1,2`" in runs
+  assert "| a | 0,1,2 | 1 | — | — | abc |" in runs  # recorded before CPU seconds and load were
   recs["a"].update(seconds=30.4, cpu_seconds=55.2, load_average=[1.96, 2.04])
-  assert "| a | 0,1,2 | 30 | 55 | 1.96–2.04 | abc |" in render(paper, recs)
+  assert "| a | 0,1,2 | 30 | 55 | 1.96–2.04 | abc |" in render(paper, recs)["RUNS.md"]
 
 
 TINY = dict(dataset="synthetic", num_clients=8, clients_per_round=4, rounds=2, eval_every=1, local_steps=2,
@@ -246,6 +251,49 @@ def test_a_run_goes_stale_only_on_code_it_ran(tmp_path, monkeypatch, edit, stale
   sys.modules.pop("toymod", None)
 
 
+def test_code_moved_to_another_module_stales_no_run(tmp_path, monkeypatch):
+  from fedjax_bench.claims import code
+  main = ("from fedjax_bench.core import keys\n"
+          "SCALE = 2\n\n\ndef used(x):\n  return SCALE * helper(x)\n\n\n"
+          "def helper(x):\n  return x + 1\n")
+  (tmp_path / "movemain.py").write_text(main)
+  (tmp_path / "moveother.py").write_text("OTHER = 1\n")
+  monkeypatch.setattr(code, "PACKAGE_DIR", str(tmp_path))
+  monkeypatch.syspath_prepend(str(tmp_path))
+  for name in ("movemain", "moveother"):
+    sys.modules.pop(name, None)
+  import movemain
+  import moveother  # noqa: F401  (a loaded module: its bindings are recorded too)
+  with code.Trace() as trace:
+    movemain.used(1)
+  recorded = code.digest(trace)
+  assert "movemain.py:helper" in recorded and code.changed(recorded) == []
+
+  mtimes = iter(range(1, 100))
+
+  def rewrite(main_text, other_text):
+    (tmp_path / "movemain.py").write_text(main_text)
+    (tmp_path / "moveother.py").write_text(other_text)
+    t = next(mtimes)  # a new mtime each time, whatever the clock's resolution
+    for name in ("movemain.py", "moveother.py"):
+      os.utime(tmp_path / name, (t, t))
+
+  # helper and SCALE move to the other module; the library import names a new module.
+  moved_main = ("from fedjax_bench import keys\nfrom moveother import SCALE, helper\n\n\n"
+                "def used(x):\n  return SCALE * helper(x)\n")
+  moved_other = "OTHER = 1\nSCALE = 2\n\n\ndef helper(x):\n  return x + 1\n"
+  rewrite(moved_main, moved_other)
+  assert code.changed(recorded) == []
+  rewrite(moved_main, moved_other.replace("x + 1", "x + 2"))  # moved, and changed
+  assert code.changed(recorded) == ["movemain.py:helper"]
+  rewrite(moved_main, moved_other.replace("SCALE = 2", "SCALE = 3"))
+  assert code.changed(recorded) == ["movemain.py"]
+  rewrite(moved_main.replace("import keys", "import keys as k"), moved_other)  # renamed
+  assert code.changed(recorded) == ["movemain.py"]
+  for name in ("movemain", "moveother"):
+    sys.modules.pop(name, None)
+
+
 def claims_cli(*args, cwd=ROOT):
   return subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "claims.py"), *args],
                         capture_output=True, text=True, cwd=cwd, timeout=300)
@@ -311,9 +359,35 @@ def test_check_fails_on_an_edited_report_and_a_missing_run(tmp_path):
   report.write_text(text.replace(f"**{weaker}**", "**reproduced**", 1))  # upgraded by hand
   p = claims_cli("--check", "fedawe", f"--results_dir={tmp_path}")
   assert p.returncode == 1 and "REPORT.md differs from what its runs produce" in p.stdout
+  report.write_text(text)
+  for name in ("VERDICTS.md", "RUNS.md"):  # the report's other files are checked alike
+    other = tmp_path / "fedawe" / name
+    kept = other.read_text()
+    other.write_text(kept.replace(" |", " (edited) |", 1) + "A line added by hand.\n")
+    p = claims_cli("--check", "fedawe", f"--results_dir={tmp_path}")
+    assert p.returncode == 1 and f"{name} differs from what its runs produce" in p.stdout, name
+    other.write_text(kept)
+  p = claims_cli("--check", "fedawe", f"--results_dir={tmp_path}")
+  assert p.returncode == 0, p.stdout
   os.remove(next((tmp_path / "fedawe" / "runs").glob("*.json")))
   p = claims_cli("--check", "fedawe", f"--results_dir={tmp_path}")
   assert p.returncode == 1 and ": missing" in p.stdout
+
+
+def test_report_only_writes_the_report_files_from_the_committed_runs(tmp_path):
+  shutil.copytree(os.path.join(ROOT, "results", "fedawe"), tmp_path / "fedawe")
+  (tmp_path / "fedawe" / "REPORT.md").write_text("stale\n")
+  os.remove(tmp_path / "fedawe" / "VERDICTS.md")
+  runs_before = sorted(p.name for p in (tmp_path / "fedawe" / "runs").iterdir())
+  p = claims_cli("--report_only", "fedawe", f"--results_dir={tmp_path}")
+  assert p.returncode == 0 and "wrote " in p.stdout, p.stdout + p.stderr
+  assert sorted(p.name for p in (tmp_path / "fedawe" / "runs").iterdir()) == runs_before
+  for name in ("REPORT.md", "VERDICTS.md", "RUNS.md"):
+    assert (tmp_path / "fedawe" / name).read_text() == open(
+        os.path.join(ROOT, "results", "fedawe", name)).read(), name
+  os.remove(next((tmp_path / "fedawe" / "runs").glob("*.json")))
+  p = claims_cli("--report_only", "fedawe", f"--results_dir={tmp_path}")
+  assert p.returncode == 1 and "report not written" in p.stdout, p.stdout + p.stderr
 
 
 def test_unknown_paper_or_claim_is_one_line():
@@ -504,10 +578,13 @@ def test_verify_remake_adopts_every_stale_rerun_and_regenerates_the_report(tmp_p
     assert store.status(rec, by_name[path.stem]) == "fresh", path.stem
   check = claims_cli("--check", "fedawe", f"--results_dir={tmp_path}")
   assert check.returncode == 0, check.stdout + check.stderr
-  # The same report but for the two remade runs' rows (their seconds and commit).
+  # The same report, and the same runs but for the two remade runs' rows (their seconds
+  # and commit).
+  assert (tmp_path / "fedawe" / "REPORT.md").read_text() == open(
+      os.path.join(ROOT, "results", "fedawe", "REPORT.md")).read()
   def without_pair(text):
     rows = [line for line in text.splitlines() if line.startswith("| toyfl_paper_sine_")]
     assert len(rows) == 2, rows
     return [line for line in text.splitlines() if line not in rows]
-  assert without_pair((tmp_path / "fedawe" / "REPORT.md").read_text()) == without_pair(open(
-      os.path.join(ROOT, "results", "fedawe", "REPORT.md")).read())
+  assert without_pair((tmp_path / "fedawe" / "RUNS.md").read_text()) == without_pair(open(
+      os.path.join(ROOT, "results", "fedawe", "RUNS.md")).read())

@@ -4,10 +4,9 @@ relative R90 savings)."""
 
 import numpy as np
 
-from fedjax_bench import curve_stats
 from fedjax_bench.claims.verdicts import (CONTRADICTED, DIRECTION_ONLY, NOT_REPRODUCED,
                                           REPRODUCED, Difference, Metric, Relative,
-                                          Smoothness, interval)
+                                          Smoothness, interval, smoothness)
 
 
 def _record(curves, rounds=None, seeds=(0, 1, 2)):
@@ -23,7 +22,7 @@ def test_smoothness_is_the_curve_statistic_from_round_one_per_seed():
   acc = np.cumsum(rng.uniform(-0.02, 0.06, (11, 3)), axis=0)
   recs = {"a": _record(acc)}
   got = Smoothness("a").values(recs)
-  np.testing.assert_allclose(got, curve_stats.smoothness(acc[1:]))
+  np.testing.assert_allclose(got, smoothness(acc[1:]))
   d = np.diff(acc[1:, 2])
   np.testing.assert_allclose(got[2], d.std() / abs(d.mean()))  # population std
   # round 0 (before training) is left out: changing it changes nothing
@@ -31,7 +30,7 @@ def test_smoothness_is_the_curve_statistic_from_round_one_per_seed():
   acc0[0] = 5.0
   np.testing.assert_array_equal(Smoothness("a").values({"a": _record(acc0)}), got)
   np.testing.assert_allclose(Smoothness("a", start=3).values(recs),
-                             curve_stats.smoothness(acc[3:]))
+                             smoothness(acc[3:]))
   assert "smoothness" in Smoothness("a", label="A").describe()
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from conftest import toy_setup
-from fedjax_bench import curve_stats, models
+from fedjax_bench import models
 from fedjax_bench.algorithms import fedavg, fedmax, fednova
 from fedjax_bench.core import loss_weights as lw
 from fedjax_bench.core.task import make_task
@@ -412,39 +412,3 @@ def test_paper_cnn_parameter_counts():
     m = models.make(name, num_classes=10, is_image=True)
     v = m.init(jax.random.PRNGKey(0), jnp.zeros((1, 28, 28, 1)))
     assert sum(a.size for a in jax.tree.leaves(v)) == count
-
-
-# --- §6.3, §11.8: curve statistics ------------------------------------------------------------
-
-def test_paper_ci_reproduces_table3_from_the_reconstructed_sums():
-  # TNIID FedAvg: n = 100, Σx = 1536, Σx² = 24198 (spec §7.1).
-  n, s1, s2 = 100, 1536, 24198
-  mean, var = s1 / n, s2 / n - (s1 / n) ** 2
-  want = (mean - 1.96 * np.sqrt(var / n), mean + 1.96 * np.sqrt(var / n))
-  np.testing.assert_allclose(want, (14.877887807248147, 15.842112192751852), atol=1e-9)
-  values = _integers_with_moments(n, s1, s2)
-  m, lo, hi, k = curve_stats.paper_ci(values)
-  assert k == n and m == mean
-  np.testing.assert_allclose((lo, hi), want, atol=1e-9)
-  m, lo, hi, k = curve_stats.paper_ci([3, np.nan, 5])
-  assert k == 2 and m == 4 and np.isclose(hi - m, 1.96 * 1 / np.sqrt(2))
-
-
-def _integers_with_moments(n, s1, s2):
-  """A histogram of integer R90s with n = 100, sum 1536, sum of squares 24198 (found by a
-  random search), as Table 3's TNIID FedAvg row implies."""
-  hist = {10: 2, 11: 5, 12: 6, 13: 10, 14: 10, 15: 19, 16: 18, 17: 12, 18: 9, 19: 5, 21: 3, 22: 1}
-  v = np.repeat(list(hist), list(hist.values()))
-  assert len(v) == n and v.sum() == s1 and (v ** 2).sum() == s2
-  return v
-
-
-def test_rounds_to_and_smoothness():
-  rounds = np.arange(6)
-  acc = np.array([[0.1, 0.1], [0.5, 0.95], [0.89, 0.5], [0.91, 0.6], [0.92, 0.7], [0.95, 0.8]])
-  np.testing.assert_array_equal(curve_stats.rounds_to(acc, rounds), [3, 1])
-  assert np.isnan(curve_stats.rounds_to(acc[:, 1:] * 0.5, rounds))[0]
-  d = np.diff(acc[1:, 0])
-  np.testing.assert_allclose(curve_stats.smoothness(acc[1:])[0], d.std() / abs(d.mean()))
-  assert abs(curve_stats.lag1_autocorrelation(np.cumsum(np.arange(10.0)))) <= 1
-

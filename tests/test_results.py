@@ -370,14 +370,3 @@ def test_atomic_write_gives_ordinary_permissions(tmp_path):
   assert (path.stat().st_mode & 0o777) == (0o666 & ~mask)
 
 
-def test_select_curve_prefers_most_compressed_within_tolerance():
-  # (bits per message, final accuracy, label); full precision reached 90.0.
-  cands = [(100, 89.5, "k0.001"), (1000, 89.95, "k0.01"), (5000, 90.3, "k0.05")]
-  assert results.select_curve(cands, 90.0, tol=0.1) == "k0.01"
-  assert results.select_curve(cands, 90.0, tol=0.6) == "k0.001"
-  # Nothing within tolerance: the most accurate curve.
-  assert results.select_curve(cands, 91.0, tol=0.1) == "k0.05"
-  # Order of the candidates does not matter.
-  assert results.select_curve(cands[::-1], 90.0, tol=0.1) == "k0.01"
-  with pytest.raises(ValueError):
-    results.select_curve([], 90.0)

@@ -270,8 +270,8 @@ def test_the_example_runs():
 
 
 def test_flags_md_is_generated_from_the_declarations():
-  assert (REPO / "FLAGS.md").read_text() == flags.markdown(), (
-      "FLAGS.md is stale: python -m fedjax_bench.flags")
+  assert (REPO / "docs" / "FLAGS.md").read_text() == flags.markdown(), (
+      "docs/FLAGS.md is stale: python -m fedjax_bench.flags")
 
 
 def test_prioritized_fl_on_a_dataset_without_labels_is_one_line():

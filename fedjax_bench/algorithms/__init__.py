@@ -55,23 +55,23 @@ register("f3ast", f3ast)
 register("fedawe", fedawe)
 register("mifa", mifa)
 register("fedvarp", fedvarp)
-# Fed-EF (spec 001): compressed uplinks, with and without error feedback.
+# Fed-EF (Li & Li): compressed uplinks, with and without error feedback.
 register("fedsgd", fedef.fedsgd)
 register("fedams", fedef.fedams)
 register("fedef_sgd", fedef.fedef_sgd)
 register("fedef_ams", fedef.fedef_ams)
-# Asynchronous (spec 002): one round is one server event of the world's clock.
+# Asynchronous (AREA, Iakovidou & Kim): one round is one server event of the world's clock.
 register("area", area, ASYNCHRONOUS)
 register("fedbuff", fedbuff, ASYNCHRONOUS)
 register("asfedavg", asfedavg, ASYNCHRONOUS)
 register("mifa_async", mifa_async, ASYNCHRONOUS)
 register("sfedavg", sfedavg, ASYNCHRONOUS)
-# Loss-aware aggregation (spec 003): weights from the losses at the global model.
+# Loss-aware aggregation (Ben Mansour, Carenini & Duplessis): weights from the losses at the global model.
 register("fedmax", fedmax.fedmax)
 register("fedmax_k", fedmax.fedmax_k)
 register("fedsoftmax", fedmax.fedsoftmax)
 register("fednova", fednova)
-# Prioritized FL (spec 004): the objective counts only the priority clients.
+# Prioritized FL (FedALIGN, Ravi & Shomorony): the objective counts only the priority clients.
 register("fedalign", fedalign.fedalign, PRIORITIZED)
 register("fedavg_priority", fedalign.fedavg_priority, PRIORITIZED)
 register("fedavg_all_clients", fedalign.fedavg_all_clients, PRIORITIZED)

@@ -1,4 +1,5 @@
-"""AS-FedAvg, asynchronous FedAvg (spec 002 §3.2): FedAvg's rule applied to the first
+"""AS-FedAvg, asynchronous FedAvg (a baseline of the AREA paper's
+Section 5; our definition, docs/papers/area.md): FedAvg's rule applied to the first
 Delta clients that finish, each having trained from its own stale model.
 
   "model_average" (default):  message: B += x_loc;   every Delta: x_s = B / Delta;  B = 0

@@ -1,7 +1,7 @@
-"""F3AST (Ribero, Vikalo & de Veciana, 2022), RECONSTRUCTED (spec 000 §2.6, A6).
+"""F3AST (Ribero, Vikalo & de Veciana, 2022), RECONSTRUCTED (docs/papers/fedawe.md).
 
-F3AST is not in the FedAWE authors' code; this follows its TFF reference code with the
-spec's choices for what the FedAWE paper leaves open. The server tracks r_k, a running
+F3AST is not in the FedAWE authors' code; this follows its TFF reference code with our
+choices for what the FedAWE paper leaves open. The server tracks r_k, a running
 estimate of each client's selection rate, and up-weights the rarely selected:
 
   S_t = A_t, or with a budget K the K available clients of smallest r (ties: lower id)

@@ -1,5 +1,5 @@
 """FedALIGN (Ravi & Shomorony, "Utilizing Free Clients in Federated Learning for Focused
-Model Enhancement"; spec 004_fedalign) and the baselines it is compared with.
+Model Enhancement", Section 3.1, Algorithm 1) and the baselines it is compared with.
 
 The objective counts only the priority clients P: F(w) = Σ_{k∈P} p_k F_k(w),
 p_k = D_k / Σ_{i∈P} D_i. Each round r, at the broadcast model w:
@@ -10,12 +10,12 @@ p_k = D_k / Σ_{i∈P} D_i. Each round r, at the broadcast model w:
   3. the priority clients and the admitted free clients run local SGD from w (with
      --prox_mu > 0, on F_k(v) + μ/2 ‖v − w‖²: FedProx);
   4. w ← (Σ_{k∈P} p_k w_k + Σ_{k∉P} p_k I_k w_k) / (1 + Σ_{k∉P} p_k I_k).
-Baselines (spec §2.3): fedavg_priority admits nobody (FedALIGN at ε = 0);
+Baselines (Section 4): fedavg_priority admits nobody (FedALIGN at ε = 0);
 fedavg_all_clients admits every free client after the warm-up (ε = ∞); local_model trains
 one free client alone (w ← ClientUpdate(w, data_j)).
-Partial participation (§2.4): each round a uniform --priority_fraction of P (or K draws
+Partial participation (App. A.4, App. C.3): each round a uniform --priority_fraction of P (or K draws
 with replacement ∝ p_k) and a --free_fraction of the free clients (uniform, or Bernoulli).
---compat=authors_code reproduces the released script's server update instead (§2.5).
+--compat=authors_code reproduces the released script's server update instead (docs/papers/fedalign.md).
 
 Keys: client k's local key depends on (seed, round, k) only, never on the method or on
 who else was admitted, so FedALIGN at ε = 0 is FedAvg on P bit for bit.
@@ -86,7 +86,7 @@ class Hparams(fedavg.Hparams):
   free_sampling: str = setting("without_replacement", "How free clients are sampled.",
                                choices=FREE_SAMPLINGS)
   compat: str = setting("none", "authors_code reproduces the released script's server update "
-                        "(spec 004 §2.5).", choices=COMPATS)
+                        "(docs/papers/fedalign.md).", choices=COMPATS)
   record_admitted: bool = setting(False, "Report every free client's admission (admitted_NNNN, "
                                   "the fraction of a block's rounds).")
 
@@ -107,7 +107,7 @@ class LocalModelHparams(Hparams):
 
 
 def epsilon(hp: Hparams, r) -> jax.Array:
-  """ε_r (spec §2.2): constant; step (--align_eps_late from --align_eps_round on);
+  """ε_r (Section 3.1): constant; step (--align_eps_late from --align_eps_round on);
   linear_to_zero (from --align_eps_round to --align_eps_end_round); exp_decay (γ^r)."""
   e0 = jnp.asarray(hp.align_epsilon, jnp.float32)
   schedule = hp.align_eps_schedule
@@ -260,7 +260,7 @@ def admitted_name(k: int) -> str:
 
 def _authors_round(task, world, hp, method, cfg, participation, scores, k_p, k_f,
                    free_ids, record, p):
-  """The released fl-priority/main.py (spec §2.5): uniform weights, Δ̄_P applied several
+  """The released fl-priority/main.py (docs/papers/fedalign.md): uniform weights, Δ̄_P applied several
   times, free clients starting from w1 (All) or w2 (FedALIGN), g at w1 against s at w2
   on one minibatch, the warm-up ending a round early, and no proximal gradient."""
   is_p = task.priority

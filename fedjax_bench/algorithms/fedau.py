@@ -1,4 +1,4 @@
-"""FedAU (Wang & Ji, ICLR 2024) as in the FedAWE paper (spec 000 §2.5).
+"""FedAU (Wang & Ji, ICLR 2024) as in the FedAWE paper's code (IBM/fedau's `adaptive`).
 
 Each client keeps O(1) state: n_i, its current run of unavailable rounds, and the sum
 S_i and count M_i of its recorded participation intervals. omega_i = S_i / M_i (1

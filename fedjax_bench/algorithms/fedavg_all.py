@@ -1,4 +1,4 @@
-"""FedAvg over all clients (FedAWE paper §7; spec 000 §2.3): unavailable clients count as
+"""FedAvg over all clients (FedAWE paper §7, App. J.2): unavailable clients count as
 zero updates.
 
   x_{t+1} = x_t + eta_g * (1/m) * sum_{i in A_t} Delta_i

@@ -1,4 +1,5 @@
-"""FedAvg with known participation probabilities (Perazzone et al., 2022; spec 000 §2.4).
+"""FedAvg with known participation probabilities (Perazzone et al., 2022; the FedAWE
+authors' code).
 
 An oracle baseline: the server knows the true p_i^t the world draws A_t from.
 

@@ -1,4 +1,4 @@
-"""FedAWE (Xiang et al., NeurIPS 2024), Algorithm 1 (spec 000 §2.1).
+"""FedAWE (Xiang et al., NeurIPS 2024), Algorithm 1.
 
 Adaptive innovation echoing with implicit gossiping. Client i keeps its own model x_i
 and c_i = t - tau_i(t), the rounds since it last took part (1 at the start).

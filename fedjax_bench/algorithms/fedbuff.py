@@ -1,4 +1,5 @@
-"""FedBuff (Nguyen et al., 2022), buffered asynchronous aggregation (spec 002 §3.3).
+"""FedBuff (Nguyen et al., 2022), buffered asynchronous aggregation (a baseline of the AREA paper's
+Section 5).
 
   message from j:  B += s(tau_j) (x_loc - x_recv[j]),  tau_j = version - recv_version[j]
   every Delta:     x_s += eta_g * B / D;  B = 0

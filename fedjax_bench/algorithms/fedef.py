@@ -1,18 +1,18 @@
-"""Fed-EF (Li & Li): compressed uplink with error feedback (spec 001 §2).
+"""Fed-EF (Li & Li): compressed uplink with error feedback (Section 3.2, Algorithm 2).
 
-Sign convention of the spec (§1): Delta_i = theta_t - theta_i (points uphill).
+Sign convention (the paper's): Delta_i = theta_t - theta_i (points uphill).
 
   for i in M_t:   Delta_i = ClientUpdate(theta_t)
                   a_i = Delta_i + e_i                  (e_i = 0 without error feedback)
-                  send C(a_i);  e_i = a_i - C(a_i)      (absent clients keep e_i, §2.8)
+                  send C(a_i);  e_i = a_i - C(a_i)      (absent clients keep e_i, Section 4.3)
   agg = (1/|M_t|) sum_i C(a_i)
   theta_{t+1} = theta_t - eta * direction(agg)        (SGD, or the paper's AMSGrad)
 
 Names: `fedsgd` / `fedams` are the SGD / AMSGrad servers with any --compressor (identity:
 full precision; --error_feedback=false: direct compression, Algorithm 1, or Stoc);
 `fedef_sgd` / `fedef_ams` are the paper's methods (error feedback on). Options: error
-restarting (§2.9: drop an error older than S rounds from round R on) and two-way
-compression (§2.10: the server compresses its step with its own error phi).
+restarting (Section 5.4, Fig. 9: drop an error older than S rounds from round R on) and two-way
+compression (Section 6, Algorithm 3: the server compresses its step with its own error phi).
 """
 
 import math
@@ -101,7 +101,7 @@ def build(task, world, hp: Hparams, *, server_opt: str | None = None,
     t = server.round
     mask, c, world_state = rounds.observe(world, server, key)
     deltas, losses = rounds.train(task, world, hp, server.params, c, key, t)
-    grads = jax.tree.map(jnp.negative, deltas)  # the spec's Delta_i
+    grads = jax.tree.map(jnp.negative, deltas)  # the paper's Delta_i
     if ef:
       err = cohort_lib.gather(clients.error, c)
       if restart_after > 0:
@@ -124,7 +124,7 @@ def build(task, world, hp: Hparams, *, server_opt: str | None = None,
     phi = server.aux.phi
     if down is not None:
       # Two-way: the server sends C_down(step + phi) and keeps what it dropped. The step
-      # includes eta (the spec's equivalent form for positively homogeneous compressors).
+      # includes eta (an equivalent form for positively homogeneous compressors).
       step = jax.tree.map(lambda u, p: -u + p, updates, phi)
       sent_down = down.apply(keys.for_purpose(key, "server"), step)
       phi = jax.tree.map(jnp.subtract, step, sent_down)

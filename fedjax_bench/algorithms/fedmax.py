@@ -1,16 +1,16 @@
-"""FedMax, FedMax(k) and FedSoftMax (Ben Mansour, Carenini & Duplessis; spec 003_hetero_agg).
+"""FedMax, FedMax(k) and FedSoftMax (Ben Mansour, Carenini & Duplessis, §2.3).
 
 Algorithm 1 with loss-aware aggregation weights. Each round t:
   1. observe the cohort I_t (the paper: everyone, --participation=full);
   2. ℓ_i = F_i(w_t) − F_i*: every client's full local loss at the broadcast model, one
-     vectorized pass, less F_i* (spec A3/A4): 0 (--local_optimum=zero), or estimated once
+     vectorized pass, less F_i* (our reading, docs/papers/hetero_agg.md): 0 (--local_optimum=zero), or estimated once
      before round 1 by training each client alone (--local_optimum=estimate,
      core/local_optimum.py);
   3. α = WEIGHTS[strategy](ℓ, p), p_i = n_i / Σ_{j∈I_t} n_j:
        fedmax      α = 1/|J| on J = argmax ℓ                      (eq. 15, 22)
        fedmax_k    α = 1/k on the k largest ℓ                     (--fedmax_k)
        fedsoftmax  α ∝ p · exp(β ℓ)                               (--softmax_beta)
-     optionally floored, α ← (1 − ε) α + ε p                      (--alpha_floor, §4.5);
+     optionally floored, α ← (1 − ε) α + ε p                      (--alpha_floor, eq. (16)-(19));
   4. every i ∈ I_t runs E epochs of SGD from w_t (τ_i = E⌈n_i/b⌉ steps, the world's step
      budgets) at the round's client learning rate (core/schedules.py; the paper's
      η_0 · 0.99^t is --lr_decay_per_round=0.99);
@@ -35,11 +35,11 @@ from fedjax_bench.sim.world import World
 @section("loss-aware aggregation")
 class Hparams(rounds.Synchronous):
   alpha_floor: float = setting(0.0, "alpha <- (1 - eps) alpha + eps p, so every client keeps at "
-                               "least eps of its p (spec §4.5).", check=PROBABILITY, sweep=True)
+                               "least eps of its p (the paper's eq. (16)-(19)).", check=PROBABILITY, sweep=True)
   record_alpha: bool = setting(False, "Report every client's aggregation weight each round "
                                "(metrics alpha_0000, alpha_0001, ...).")
   local_optimum: str = setting("zero", "F_i* in the loss gap l_i = F_i(w_t) - F_i* that the "
-                               "weights read: zero (spec A3's default), or estimate: before "
+                               "weights read: zero (the default), or estimate: before "
                                "round 1 each client trains alone from the initial model for "
                                "--local_optimum_steps SGD steps (--batch_size, --sampling, "
                                "--client_lr), and F_i* is the lower of its full local loss "

@@ -1,5 +1,5 @@
-"""FedNova with a plain-SGD local solver (Wang et al. 2020); a non-paper baseline of spec
-003_hetero_agg §4.6 for clients that run different numbers of local steps τ_i.
+"""FedNova with a plain-SGD local solver (Wang et al. 2020); a baseline outside the papers,
+for clients that run different numbers of local steps τ_i.
 
 Each round t:
   1. observe the cohort I_t; p_i = n_i / Σ_{j∈I_t} n_j;

@@ -1,4 +1,4 @@
-"""FedVARP (Jhunjhunwala et al., UAI 2022) as in the FedAWE paper's code (spec 000 §2.8).
+"""FedVARP (Jhunjhunwala et al., UAI 2022) as in the FedAWE paper's code (github.com/mingxiang12/FedAWE).
 
 A SAGA-style control variate: the server remembers y_i, each client's latest update
 (0 at first), and their mean ybar.
@@ -6,7 +6,7 @@ A SAGA-style control variate: the server remembers y_i, each client's latest upd
   if A_t is not empty:
     x_{t+1} = x_t + eta_g * ( (1/|A_t|) sum_{i in A_t} (Delta_i - y_i) + ybar )
     y_i = Delta_i for i in A_t;  ybar = mean_j y_j
-  else: nothing changes (the code's choice; spec A11)
+  else: nothing changes (the code's choice)
 
 Memory: y is O(m d) floats; ybar is kept incrementally as in MIFA.
 """

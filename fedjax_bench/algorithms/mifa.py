@@ -1,4 +1,4 @@
-"""MIFA (Gu et al., NeurIPS 2021) as in the FedAWE paper's code (spec 000 §2.7).
+"""MIFA (Gu et al., NeurIPS 2021) as in the FedAWE paper's code (github.com/mingxiang12/FedAWE).
 
 The server remembers U_i, the latest update of every client (0 before its first), and
 steps with the mean over ALL clients every round, even one where nobody is available:

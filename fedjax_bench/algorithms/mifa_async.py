@@ -1,4 +1,5 @@
-"""MIFA (Gu et al., 2021) in the asynchronous memory form of spec 002 §3.4.
+"""MIFA (Gu et al., 2021) in the asynchronous memory form we use for the AREA
+paper's MIFA baseline (docs/papers/area.md).
 
 Client i remembers U_i, its last update (0 until its first message); the server keeps
 Ubar = mean_i U_i incrementally and never resets it:

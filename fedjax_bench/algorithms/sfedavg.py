@@ -1,5 +1,5 @@
 """S-FedAvg, synchronous FedAvg with partial participation (McMahan et al., 2017), timed by
-the asynchronous world's clock (spec 002 §3.1, §4.5). One engine round is one
+the asynchronous world's clock (McMahan et al.'s FedAvg as the AREA paper's S-FedAvg; our rounds, docs/papers/area.md). One engine round is one
 synchronous round:
 
   S = Delta clients drawn uniformly without replacement
@@ -11,7 +11,7 @@ With Delta = n, one local step and exact gradients it is gradient descent on f w
 step alpha / n. The clock is a renewal process: it advances by every round's duration,
 and a round that would end past the horizon (sim_time > 0) is not applied; the clock is
 then past the horizon, so no later round is either, and the rounds applied are the
-renewal count N(sim_time) (spec §4.5: "freeze after t > T").
+renewal count N(sim_time) ("freeze after t > T").
 """
 
 from typing import Any, NamedTuple

@@ -11,7 +11,9 @@ both statements) and one per element of a literal tuple, list, set or dict. Hash
 of the syntax tree without docstrings, so comments, docstrings and layout do not count.
 A run is stale when a function it called changed, or one of its modules' bindings
 changed or is gone; a new function, setting, import, constant, registration or element
-leaves it fresh (so a new algorithm or dataset does not stale every paper's runs). Not
+leaves it fresh (so a new algorithm or dataset does not stale every paper's runs). Both
+are looked up by content, not by module path: code moved to another module unchanged,
+and an import from the library that now names the module it moved to, leave it fresh. Not
 seen: a function that ran only at import (its effect on a setting's default reaches the
 configuration key instead) and Python that XLA calls back into while running.
 """
@@ -27,6 +29,7 @@ import threading
 import fedjax_bench
 
 PACKAGE_DIR = os.path.dirname(os.path.abspath(fedjax_bench.__file__))
+_PACKAGE = "fedjax_bench"
 # Modules that shape no number of a run: how results are presented and checked.
 NOT_CODE = ("claims/", "cli.py", "tensorboard.py", "compile_cache.py", "__main__.py")
 KIND = "bindings"  # a record's "code_kind"; a record of another kind is stale
@@ -93,14 +96,30 @@ def _names(target) -> list[str]:
   return [ast.unparse(target)]
 
 
-def _bindings(stmt) -> list[tuple[str, ast.AST]]:
-  """(name, node) pairs of one top-level statement: what it binds or registers."""
+def _in_package(stmt) -> bool:
+  """Whether an import statement imports from the library itself."""
+  if isinstance(stmt, ast.ImportFrom):
+    return stmt.level > 0 or (stmt.module or "").split(".")[0] == _PACKAGE
+  return all(alias.name.split(".")[0] == _PACKAGE for alias in stmt.names)
+
+
+def _bindings(stmt, by_path: bool = False) -> list[tuple[str, ast.AST]]:
+  """(name, node) pairs of one top-level statement: what it binds or registers. An import
+  from the library itself counts by the name it imports, not the module it comes from,
+  so moving code between modules stales no run (what the imported code does is in the
+  hashes of what ran); ``by_path``: by its module too (the rule records were made under
+  before, still accepted)."""
   if isinstance(stmt, (ast.Import, ast.ImportFrom)):
     out = []
     for alias in stmt.names:
+      bound = alias.asname or alias.name.split(".")[0]
+      if _in_package(stmt) and not by_path:
+        imported = alias.name.split(".")[-1]
+        out.append((bound, ast.Import(names=[ast.alias(name=imported, asname=bound)])))
+        continue
       one = copy.copy(stmt)
       one.names = [alias]
-      out.append((alias.asname or alias.name.split(".")[0], one))
+      out.append((bound, one))
     return out
   if isinstance(stmt, ast.ClassDef):
     return [(stmt.name, _Normalized(bodies=False).visit(copy.deepcopy(stmt)))]
@@ -127,13 +146,13 @@ def _bindings(stmt) -> list[tuple[str, ast.AST]]:
   return [(type(stmt).__name__, stmt)]  # if, try, for, ...: all of a kind are one
 
 
-def _module_bindings(tree) -> str:
+def _module_bindings(tree, by_path: bool = False) -> str:
   """The module's top-level binding hashes, sorted, space-separated (8 hex digits each)."""
   merged = {}
   for stmt in _strip_docstring(tree.body):
     if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) or _is_setting(stmt):
       continue
-    for name, node in _bindings(stmt):
+    for name, node in _bindings(stmt, by_path):
       merged.setdefault(name, []).append(ast.unparse(_Normalized(bodies=True).visit(
           copy.deepcopy(node))))
   digests = {hashlib.sha256("\n".join([name, *src]).encode()).hexdigest()[:8]
@@ -164,7 +183,8 @@ class _Normalized(ast.NodeTransformer):
 @functools.lru_cache(maxsize=None)
 def _parsed(path: str, mtime: float):
   """(top-level binding hashes, [(first line, last line, qualname, hash)] of the outermost
-  defs and of the methods of top-level classes) of a source file."""
+  defs and of the methods of top-level classes, the binding hashes under the rule that
+  counted library imports by their module path) of a source file."""
   del mtime  # part of the cache key only
   with open(path, encoding="utf-8") as f:
     source = f.read()
@@ -183,7 +203,7 @@ def _parsed(path: str, mtime: float):
       for sub in node.body:
         if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef)):
           add(sub, node.name + ".")
-  return _module_bindings(tree), defs
+  return _module_bindings(tree), defs, _module_bindings(tree, by_path=True)
 
 
 def _source(path: str):
@@ -211,19 +231,30 @@ def digest(trace: Trace) -> dict:
   return dict(sorted(out.items()))
 
 
+def _library_files() -> list[str]:
+  out = []
+  for directory, _, files in os.walk(PACKAGE_DIR):
+    out += [os.path.join(directory, f) for f in sorted(files)
+            if _rel(os.path.join(directory, f)) is not None]
+  return out
+
+
 def changed(code: dict) -> list[str]:
-  """The entries of ``code`` (a `digest`) whose source differs now, or is gone."""
+  """The entries of ``code`` (a `digest`) whose source is nowhere in the library now. The
+  lookup is by content: a function or a top-level binding that moved to another module,
+  unchanged, is still there (a function by its hash; a module's bindings each in some
+  module's top level), so moving code stales no run."""
+  sources = [_source(path) for path in _library_files()]
+  defs = {d[3] for source in sources for d in source[1]}
+  bindings = {h for source in sources for h in (source[0] + " " + source[2]).split()}
   out = []
   for key, h in code.items():
     rel, _, name = key.partition(":")
     path = os.path.join(PACKAGE_DIR, rel)
-    if not os.path.exists(path):
-      out.append(key)
-      continue
-    top, defs = _source(path)
     if name:
-      if next((d[3] for d in defs if d[2] == name), None) != h:
+      here = _source(path)[1] if os.path.exists(path) else []
+      if next((d[3] for d in here if d[2] == name), None) != h and h not in defs:
         out.append(key)
-    elif not set(h.split()) <= set(top.split()):  # a binding changed or is gone
+    elif not set(h.split()) <= bindings:  # a binding changed or is gone
       out.append(key)
   return out

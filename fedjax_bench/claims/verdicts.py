@@ -365,6 +365,13 @@ class LargerGap(Difference):
     return (*interval(d), d.size)
 
 
+def smoothness(acc: np.ndarray) -> np.ndarray:
+  """std(Δ) / |mean(Δ)| of Δ_r = acc_{r+1} − acc_r along axis 0 (higher is rougher; ``acc``
+  holds the evaluations from the first one counted on; population std)."""
+  d = np.diff(np.asarray(acc, np.float64), axis=0)
+  return np.std(d, axis=0) / np.abs(np.mean(d, axis=0))
+
+
 @dataclasses.dataclass(frozen=True)
 class Smoothness(Metric):
   """Per-seed smoothness of a run's curve (the loss-aware aggregation paper's Table 4, spec
@@ -373,10 +380,9 @@ class Smoothness(Metric):
   start: int = 1
 
   def values(self, records: dict) -> np.ndarray:
-    from fedjax_bench import curve_stats
     rec = records[self.run]
     curve = self.scale * self._curve(rec, self.point)
-    return curve_stats.smoothness(curve[np.asarray(rec["rounds"]) >= self.start])
+    return smoothness(curve[np.asarray(rec["rounds"]) >= self.start])
 
   def describe(self) -> str:
     return (f"{self.label or self.run}: smoothness std(Δ)/|mean(Δ)| of {self.metric} "

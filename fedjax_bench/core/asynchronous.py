@@ -1,5 +1,5 @@
-"""The mechanics every asynchronous algorithm shares (spec 002 §3's common skeleton and
-§4.3's within-event order), so that an algorithm module is its ingest and aggregation.
+"""The mechanics every asynchronous algorithm shares (the AREA paper's Algorithms 1-2 and
+our within-event order, docs/papers/area.md), so that an algorithm module is its ingest and aggregation.
 
 One `round` is one server event from the world's clock: client j's message or, with
 Poisson aggregation, an aggregation event. A message from client j at time t_k:
@@ -61,7 +61,7 @@ class AsyncClock:
   async_agg_rate: float = setting(0.0, "Rate of --aggregation=poisson events (0: sum of rates "
                                   "/ Delta).", check=NON_NEGATIVE, sweep=True)
   grad_scale: str = setting("data_weight", "The client oracle is w_i grad f_i with w_i = n_i / "
-                            "N (AREA spec §1), or unscaled.", choices=GRAD_SCALES)
+                            "N (the AREA paper's §5.1), or unscaled.", choices=GRAD_SCALES)
   send_after_aggregation: bool = setting(False, "The client that triggers an aggregation "
                                          "receives the new model (default: the one before).")
   projection: str = setting("none", "Project every local step onto a ball of "
@@ -177,7 +177,7 @@ def unscaled(loss, weight):
 
 
 def data_weights(task, hp: Hparams) -> jax.Array:
-  """[n] float32 scale of client i's loss: w_i = s_i / S ("data_weight", spec §1) or 1."""
+  """[n] float32 scale of client i's loss: w_i = s_i / S ("data_weight", the AREA paper's §5.1) or 1."""
   scale = hp.grad_scale
   counts = jnp.asarray(task.counts, jnp.float32)
   return counts / jnp.sum(counts) if scale == "data_weight" else jnp.ones_like(counts)

@@ -1,6 +1,6 @@
 """Every client's loss and accuracy at one model, in one vectorized pass.
 
-Loss-aware aggregation (spec 003) weighs clients by these losses; FedALIGN (spec 004)
+Loss-aware aggregation (FedMax, FedSoftMax) weighs clients by these losses; FedALIGN
 admits free clients whose score is close to the priority clients'.
 """
 

@@ -1,7 +1,8 @@
-"""Compression operators of Fed-EF (spec 001 §3), each paired with its exact bit cost (§3.9).
+"""Compression operators of Fed-EF (Li & Li, Section 3.1 and App. A), each paired with
+its exact bit cost (the client-to-server bits of Section 5).
 
 A compressor maps an update pytree to a pytree of the same structure, shapes and dtypes.
-It works on *groups* (§3.1, A2): by default one group per parameter tensor, so a layer's
+It works on *groups* (Definition 1's groups; our reading, docs/papers/fedef.md): by default one group per parameter tensor, so a layer's
 kernel and bias are compressed independently. `grouping="layer"` joins the leaves whose key
 paths differ only in their last entry (a module's kernel and bias); `"global"` makes the
 whole tree one group.
@@ -39,7 +40,7 @@ class Compressor(NamedTuple):
   apply: Callable     # (key, tree) -> tree of the same structure, shapes and dtypes
   bits: Callable      # (tree) -> int, bits of one message (only shapes are read)
   unbiased: bool      # E[C(x)] = x
-  # (tree) -> float q2 with ‖C(x) − x‖² ≤ q2 ‖x‖² for every x (§3.8). For randomized
+  # (tree) -> float q2 with ‖C(x) − x‖² ≤ q2 ‖x‖² for every x (Definition 1). For randomized
   # compressors the bound is on E‖C(x) − x‖²: the variance factor ω when unbiased (can
   # exceed 1). Only shapes are read.
   q2: Callable
@@ -74,7 +75,7 @@ def _group_sizes(tree, grouping: str) -> list[int]:
 
 
 def num_kept(k: float, d: int) -> int:
-  """k_i = max(1, floor(k d_i)) (§3.2); the float product is nudged so 0.29·100 gives 29."""
+  """k_i = max(1, floor(k d_i)) (TopK, Section 3.1); the float product is nudged so 0.29·100 gives 29."""
   return max(1, min(d, math.floor(k * d + 1e-9)))
 
 
@@ -84,7 +85,7 @@ def dense_bits(tree, float_bits: int = 32) -> int:
 
 
 def discrepancy(compressed_tree, tree) -> jax.Array:
-  """‖C(x) − x‖² / ‖x‖² over the whole tree (q² of §3.8, q_A² of App. C on means); 0/0 = 0."""
+  """‖C(x) − x‖² / ‖x‖² over the whole tree (q² of Definition 1, q_A² of App. C on means); 0/0 = 0."""
   num = sum(jnp.sum(jnp.square(c.astype(jnp.float32) - x.astype(jnp.float32)))
             for c, x in zip(jax.tree.leaves(compressed_tree), jax.tree.leaves(tree)))
   den = sum(jnp.sum(jnp.square(x.astype(jnp.float32))) for x in jax.tree.leaves(tree))
@@ -176,8 +177,8 @@ _DOWN = lambda hp: hp.down_compressor != "none"
 
 @section("compression")
 class Compression:
-  compressor: str = setting("identity", "Uplink compressor, per parameter tensor (Fed-EF spec "
-                            "§3).", choices=COMPRESSORS)
+  compressor: str = setting("identity", "Uplink compressor, per parameter tensor (Fed-EF paper, "
+                            "Section 3.1).", choices=COMPRESSORS)
   compress_k: float = setting(0.01, "Fraction kept by topk/hvsign/randk: max(1, floor(k d_i)) "
                               "entries of each tensor.", check=UNIT_INTERVAL)
   stoc_bits: int = setting(4, "Bits per coordinate of --compressor=stoc (QSGD).",
@@ -212,12 +213,13 @@ def make(name: str, *, k: float = 0.01, stoc_bits: int = 4, stoc_norm: str = "la
 
   k: fraction kept by topk/hvsign/randk, k_i = max(1, floor(k d_i)) per group.
   stoc_bits: b of Stoc (s = 2^(b-1) levels). stoc_norm: "layer" (one norm per group) or
-  "global" (one norm for the whole tree) (A8). hvsign_scaling: "support" (mean |x| over the
-  TopK support) or "group" (‖x_S‖₁ / d_i, Definition 2 literally) (A4). float_bits: bits
-  of one float (values, scales, norms). grouping: "tensor" | "layer" | "global" (A2).
-  count_indices: add k_i·ceil(log2 d_i) index bits to topk/hvsign/randk (A10).
-  stoc_bit_count: "dense" (b bits per coordinate) or "nnz" (b per non-zero) (A9).
-  randk_unbiased: scale the kept entries by d_i/k_i (§3.7).
+  "global" (one norm for the whole tree). Our readings of what
+  the paper leaves open (docs/papers/fedef.md). hvsign_scaling: "support" (mean |x| over the
+  TopK support) or "group" (‖x_S‖₁ / d_i, Definition 2 literally). float_bits: bits
+  of one float (values, scales, norms). grouping: "tensor" | "layer" | "global".
+  count_indices: add k_i·ceil(log2 d_i) index bits to topk/hvsign/randk.
+  stoc_bit_count: "dense" (b bits per coordinate) or "nnz" (b per non-zero).
+  randk_unbiased: scale the kept entries by d_i/k_i (random-k, not in the paper's experiments).
   """
   _choices("compressor", name, COMPRESSORS)
   _choices("grouping", grouping, GROUPINGS)
@@ -235,7 +237,7 @@ def make(name: str, *, k: float = 0.01, stoc_bits: int = 4, stoc_norm: str = "la
   def idx_bits(d):
     return num_kept(k, d) * math.ceil(math.log2(d)) if count_indices else 0
 
-  # Per group of size d: the operator on the flat group, the message bits and the q² of §3.8
+  # Per group of size d: the operator on the flat group, the message bits and the q² of Definition 1
   # (for Stoc and RandK a bound on E‖C(x) − x‖², for unbiased ones the variance factor ω).
   if name == "identity":
     op, group_bits, group_q2 = None, lambda d: fb * d, lambda d: 0.0
@@ -266,7 +268,7 @@ def make(name: str, *, k: float = 0.01, stoc_bits: int = 4, stoc_norm: str = "la
     def group_bits(d):
       return num_kept(k, d) + fb + idx_bits(d)
     def group_q2(d):
-      # support: §3.4. group: ‖C(x) − x‖² = ‖x‖² − (‖x_S‖₁²/d)(2 − k_i/d), and
+      # support: our reading of Definition 2. group: ‖C(x) − x‖² = ‖x‖² − (‖x_S‖₁²/d)(2 − k_i/d), and
       # ‖x_S‖₁² ≥ ‖x_S‖² ≥ (k_i/d)‖x‖² give 1 − k_i/d² (Prop. 3.2's 1 − k/d_i, floored).
       return 1 - 1 / d if hvsign_scaling == "support" else 1 - num_kept(k, d) / d ** 2
   else:  # stoc

@@ -1,5 +1,5 @@
 """Each client's local optimum F_i* = min F_i, estimated by training the client alone
-(spec 003_hetero_agg A3, "estimate").
+("estimate"; not in the FedSoftMax paper, docs/papers/hetero_agg.md).
 
 Loss-aware weights read the gap ℓ_i = F_i(w_t) − F_i*. The paper never says how F_i* was
 obtained; ``--local_optimum=zero`` (the default) takes F_i* = 0. With ``estimate`` the

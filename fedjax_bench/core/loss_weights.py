@@ -1,5 +1,5 @@
 """Aggregation weights as pure functions of the clients' losses on the global model
-(spec 003_hetero_agg §4), and the one-pass per-client loss they read.
+(the FedSoftMax paper's §2.3), and the one-pass per-client loss they read.
 
 Every weight function maps (losses ℓ [N], objective weights p [N], hyperparameters) to a
 point of the simplex: α ≥ 0, Σα = 1. ``p`` is zero for clients outside the round's cohort,
@@ -26,7 +26,7 @@ def fedavg(losses, p, **_):
 
 
 def uniform(losses, p, **_):
-  """α_i = 1/|cohort| (not in the paper, §4.6)."""
+  """α_i = 1/|cohort| (not in the paper)."""
   del losses
   m = (p > 0).astype(jnp.float32)
   return m / jnp.sum(m)
@@ -59,7 +59,7 @@ WEIGHTS = {"fedavg": fedavg, "uniform": uniform, "fedmax": fedmax, "fedmax_k": f
 
 
 def floor_mix(alpha, p, eps):
-  """(1 − ε) α + ε p: the κ-family floor of §4.5 (κ_i ≥ ε), with p renormalised."""
+  """(1 − ε) α + ε p: the κ-family floor of the paper's eq. (16)-(19) (κ_i ≥ ε), with p renormalised."""
   return (1.0 - eps) * alpha + eps * p / jnp.sum(p)
 
 

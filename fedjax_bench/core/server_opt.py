@@ -77,7 +77,7 @@ class AMSGradState(NamedTuple):
 
 def amsgrad(lr, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8
             ) -> optax.GradientTransformation:
-  """AMSGrad as Reddi et al. (2018) and the Fed-EF paper write it (spec 001 §2.3):
+  """AMSGrad as Reddi et al. (2018) and the Fed-EF paper write it (Section 3.2, Algorithm 2):
 
     m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;  v_hat = max(v_hat, v)
     update = -lr * m / sqrt(v_hat + eps)

@@ -84,7 +84,7 @@ class Task:
   # Known minimum of the training objective; evaluate then reports optimality_gap, and
   # train_eval_x/y are the full training set (see with_optimum).
   optimum: Optimum | None = None
-  # Prioritized FL (spec 004): [num_clients] bool arrays, or None. With priority clients,
+  # Prioritized FL (FedALIGN): [num_clients] bool arrays, or None. With priority clients,
   # train_eval_x/y are theirs: train_loss is the prioritized objective F(w).
   priority: jax.Array | None = None
   aligned: jax.Array | None = None
@@ -186,7 +186,7 @@ class Task:
 
     * ``test_accuracy``, ``test_loss``: on the test set; the plain loss, no l2 penalty.
     * ``train_loss``: f, the mean loss over the scored training examples plus the
-      penalty (l2/2)||params||² (spec 002_area §8 row 21).
+      penalty (l2/2)||params||² (the AREA paper's eq. (8)).
     * with an ``optimum``: ``optimality_gap`` = train_loss - f* (train_loss is then over
       all training examples), and when θ* is known ``dist_sq`` = ||params - θ*||² and,
       if θ* != 0, ``rel_dist_sq`` = dist_sq / ||θ*||².

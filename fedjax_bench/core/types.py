@@ -1,4 +1,4 @@
-"""The algorithm contract (DESIGN.md): a bundle of pure functions, like optax's transforms."""
+"""The algorithm contract: a bundle of pure functions, like optax's transforms."""
 
 from typing import Any, Callable, NamedTuple, Optional
 

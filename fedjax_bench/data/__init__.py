@@ -3,7 +3,7 @@
 * ``synthetic``: LEAF/FedProx Synthetic(synthetic_alpha, synthetic_beta), one user per
   client (the natural split; partition must be "natural" or "iid", which mean the
   same here), generated with ``partition_seed``.
-* ``toyfl``: the Gaussian mixture of spec 000_fedawe §9.1 (``toyfl.gaussian_mixture``),
+* ``toyfl``: the Gaussian mixture of our FedAWE CPU experiment (docs/papers/fedawe.md) (``toyfl.gaussian_mixture``),
   partitioned by ``partition`` (default dirichlet); data seed ``partition_seed + 1000``.
 * ``mnist``, ``svhn``, ``cifar10`` (TFDS) and ``cinic10`` (image folders): the train
   split partitioned by ``partition`` (default iid; see ``PARTITIONS``), the test split
@@ -12,7 +12,7 @@
   normalization and training augmentation (``tfds_data.SPECS``).
 * ``quadratic``: the AREA scalar least-squares toys (``quadratic.scalar_quadratic``),
   one example per client, ``quadratic_variant`` "heterogeneous" (``num_clients``
-  clients, 50 in the spec) or "two_clients"; partition must be "natural". Train with
+  clients, 50 in the paper's Fig. 4) or "two_clients"; partition must be "natural". Train with
   ``loss_type=LOSS_TYPES["quadratic"]`` ("squared_error") and the ``linear`` model.
 """
 
@@ -55,7 +55,7 @@ def load(name: str, *, num_clients: int, partition: str | None = None,
   """Loads dataset ``name`` split over ``num_clients`` clients.
 
   ``partition=None`` takes the dataset's default (``DEFAULT_PARTITION``, else iid).
-  ``shard_size``, ``pool_size``: the unbalanced shard partitions of spec 003
+  ``shard_size``, ``pool_size``: the unbalanced shard partitions of the FedSoftMax paper (§3.1)
   (``noniid``, ``very_noniid``, ``iid_unbalanced``; 0 = their defaults / all examples).
   ``num_shards``: ``shards_random``'s shard count (0: num_clients * shards_per_client).
   ``num_priority``, ``pfl``: the prioritized-FL generators (``pfl_synthetic``):

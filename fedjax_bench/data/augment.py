@@ -1,4 +1,4 @@
-"""Training-time image augmentation of NHWC batches (spec 000_fedawe §5, A17).
+"""Training-time image augmentation of NHWC batches (the FedAWE authors' code).
 
 "crop" is torchvision's RandomCrop(H, padding=pad): pad every side with ``fill``, then cut
 an H x W window at a uniform offset in [0, 2 pad]^2. "crop_flip" adds RandomHorizontalFlip

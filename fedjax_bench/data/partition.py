@@ -39,7 +39,8 @@ def iid(labels: np.ndarray, num_clients: int, seed: int) -> list[np.ndarray]:
 
 def dirichlet(labels: np.ndarray, num_clients: int, alpha: float, seed: int,
               num_classes: int | None = None) -> list[np.ndarray]:
-  """Dirichlet label skew, exactly the procedure of spec 000_fedawe §4.
+  """Dirichlet label skew, exactly the procedure of the FedAWE authors' code
+  (`util.partition`, the same as IBM/fedau's).
 
   ``q ~ Dir(alpha * 1_C)`` per client; client n receives the slice
   ``[round(N_c * Q_{n-1,c}), round(N_c * Q_{n,c}))`` of class c's indices (in dataset
@@ -68,7 +69,7 @@ def dirichlet(labels: np.ndarray, num_clients: int, alpha: float, seed: int,
 
 def shards(labels: np.ndarray, num_clients: int, shards_per_client: int,
            seed: int, num_classes: int | None = None) -> list[np.ndarray]:
-  """Single-class shards, spec 001_fedef §4.2 ("shards_by_class").
+  """Single-class shards, the Fed-EF paper's Section 5.1 ("shards_by_class").
 
   The S = num_clients * shards_per_client shards are spread over the classes as evenly
   as possible (the first S mod C classes get one extra); each class's shuffled indices
@@ -98,9 +99,9 @@ def shards(labels: np.ndarray, num_clients: int, shards_per_client: int,
           for i in range(num_clients)]
 
 
-# --- the loss-aware aggregation paper's unbalanced shard partitions (spec 003 §6.1) -------
+# --- the loss-aware aggregation paper's unbalanced shard partitions (its §3.1) ------------
 # Their default shard sizes (--shard_size=0); the pool is a seeded subset of the training
-# set, N * 200 = 10,000 examples in the paper's setting (spec A2).
+# set, N * 200 = 10,000 examples in the paper's setting (our reading, docs/papers/hetero_agg.md).
 PAPER_SHARD_SIZES = {"noniid": 60, "very_noniid": 100, "iid_unbalanced": 60}
 
 
@@ -112,7 +113,7 @@ def _pool(n: int, pool_size: int, rng: np.random.Generator) -> np.ndarray:
 
 def unbalanced_shards(labels: np.ndarray, num_clients: int, shard_size: int, seed: int,
                       pool_size: int = 10000) -> list[np.ndarray]:
-  """Spec §6.1: the pool sorted by label (stable) and cut into contiguous shards of
+  """The paper's §3.1 ("Synthetic Data"): the pool sorted by label (stable) and cut into contiguous shards of
   ``shard_size`` (the remainder dropped); a random permutation gives every client one
   shard, and the other shards go to uniformly random clients (unbalanced n_i)."""
   labels, _ = _check_labels(labels, num_clients, None)
@@ -136,7 +137,7 @@ def unbalanced_shards(labels: np.ndarray, num_clients: int, shard_size: int, see
 
 def iid_unbalanced(labels: np.ndarray, num_clients: int, shard_size: int, seed: int,
                    pool_size: int = 10000) -> list[np.ndarray]:
-  """Spec §6.1 IID: the client sizes of ``unbalanced_shards`` with the same seed, each
+  """The paper's §3.1 IID: the client sizes of ``unbalanced_shards`` with the same seed, each
   client's label histogram proportional to the pool's (within about 2 examples).
 
   The pool is sorted by label (shuffled within a class) and dealt out by merging the
@@ -152,7 +153,7 @@ def iid_unbalanced(labels: np.ndarray, num_clients: int, shard_size: int, seed: 
   return [order[owner == i].astype(np.int64) for i in range(num_clients)]
 
 
-# --- FedALIGN's random shards (spec 004_fedalign §4.1, the authors' general_partition) ----
+# --- FedALIGN's random shards (its Section 4 and App. B; the authors' general_partition) --
 def shards_random(labels: np.ndarray, num_clients: int, shards_per_client: int,
                   shard_size: int, seed: int, num_shards: int = 0) -> list[np.ndarray]:
   """Each of ``num_shards`` shards (default num_clients * shards_per_client) draws a class

@@ -1,11 +1,11 @@
-"""Generated data for prioritized FL (spec 004_fedalign §4.2, §6): priority clients first,
+"""Generated data for prioritized FL (FedALIGN's Fig. 2 and our CPU experiments, docs/papers/fedalign.md): priority clients first,
 then free clients, each free client tagged aligned or not. No download.
 
-* ``gaussmix_shards`` (§6 CPU-1): Gaussian class clusters cut into single-class shards.
-* ``synth_pfl`` (§6 CPU-2, §4.2): Synth(α, β) priority users (FedProx's generator) and free
+* ``gaussmix_shards`` (CPU-1, after Fig. 1): Gaussian class clusters cut into single-class shards.
+* ``synth_pfl`` (CPU-2, after Fig. 2): Synth(α, β) priority users (FedProx's generator) and free
   clients that are aligned (fresh draws from the priority mixture) or not; the noise model
   is ``groups`` (explicit aligned / label-shifted / irrelevant clients) or ``paper_skew``
-  (the spec's reconstruction of the paper's unpublished label-noise and irrelevant-data
+  (our reconstruction of the paper's unpublished label-noise and irrelevant-data
   skews).
 """
 
@@ -85,7 +85,7 @@ def synth_pfl(seed: int = 0, *, num_priority: int = 10, num_free: int = 20,
   between a fixed label shift y ← (y + s) mod C, s ~ U{1..C-1}, and an irrelevant fresh
   Synth user.
 
-  ``paper_skew`` (§4.2 reconstruction): priority users of FedProx's sizes
+  ``paper_skew`` (our reconstruction of Fig. 2's skews): priority users of FedProx's sizes
   floor(LogNormal(4, 2)) + 50, split 90/10 into train and test; half of every user's
   training split is pooled and dealt to the free clients in equal parts. Free client j
   has noise level u_j = (j + ½)/M: labels shifted by round(U(−r_j, r_j)), r_j =

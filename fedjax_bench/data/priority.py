@@ -1,8 +1,8 @@
-"""Priority and free clients (spec 004_fedalign §1, §4.1).
+"""Priority and free clients (the FedALIGN paper's Sections 2 and 4).
 
 The prioritized objective counts only the priority clients, so the test set is the
 official test split resampled to their label mix, and a free client is "aligned" when its
-labels are among theirs (spec §7 item 24, the label-shard diagnostic).
+labels are among theirs (our label-shard diagnostic, docs/papers/fedalign.md).
 """
 
 import dataclasses

@@ -42,12 +42,12 @@ class ImageSpec:
   augmentation: str = "none"
 
 
-# Normalization constants and augmentations: spec 000_fedawe §5 (the authors' code).
+# Normalization constants and augmentations: the FedAWE authors' code (the paper's App. J).
 # Candidate: "fmnist": ImageSpec("fashion_mnist", "3.0.1", (28, 28, 1), 10, 60000, 10000).
 SPECS: dict[str, ImageSpec] = {
     "mnist": ImageSpec("mnist", "3.0.1", (28, 28, 1), 10, 60000, 10000),
     "fmnist": ImageSpec("fashion_mnist", "3.0.1", (28, 28, 1), 10, 60000, 10000),
-    # FedALIGN's EMNIST (spec 004 §4.1): the balanced split, 47 classes. TFDS stores the
+    # FedALIGN's EMNIST (its Section 4 and App. B): the balanced split, 47 classes. TFDS stores the
     # images transposed; dense models do not care, and we keep TFDS's orientation.
     "emnist": ImageSpec("emnist/balanced", "3.1.0", (28, 28, 1), 47, 112800, 18800),
     # The "extra" split (531,131 images) is not used, as in the paper.

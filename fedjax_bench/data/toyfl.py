@@ -1,4 +1,4 @@
-"""The CPU toy of spec 000_fedawe §9.1: a 10-class Gaussian mixture in 32 dimensions."""
+"""The CPU toy of our FedAWE reproduction (docs/papers/fedawe.md): a 10-class Gaussian mixture in 32 dimensions."""
 
 import numpy as np
 
@@ -6,7 +6,7 @@ from fedjax_bench.data.federated import Dataset, FederatedData
 from fedjax_bench.data.partition import partition as make_partition
 from fedjax_bench.errors import UsageError
 
-# The spec's "data seed = run seed + 1000": the data does not share a stream with the
+# Our "data seed = run seed + 1000": the data does not share a stream with the
 # partition, which is drawn from the seed itself.
 DATA_SEED_OFFSET = 1000
 

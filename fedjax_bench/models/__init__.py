@@ -23,7 +23,7 @@ from fedjax_bench.models.paper_cnn import PaperCNN
 from fedjax_bench.models.preprocess import as_normalize
 
 MODELS = ("logreg", "mlp", "cnn") + tuple(small_cnn.CONFIGS) + ("cnn_mnist", "linear")
-MODELS += ("paper_cnn", "paper_cnn_literal")  # the FedSoftMax paper's (spec 003 §6.2)
+MODELS += ("paper_cnn", "paper_cnn_literal")  # the FedSoftMax paper's (its §3.1, Table 2)
 # Models built by their own module: name -> "module:function", called as
 # function(num_classes=, dataset=, settings=) (settings: the run's ModelSettings or None).
 BUILDERS = {"char_lstm": "fedjax_bench.models.char_lstm:build"}

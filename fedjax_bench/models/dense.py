@@ -62,9 +62,10 @@ class DenseOI(nn.Module):
 
 
 class LogReg(nn.Module):
-  """Softmax regression; ``zero_init`` starts from all-zero weights (spec 000_fedawe §9.1).
+  """Softmax regression; ``zero_init`` starts from all-zero weights (our FedAWE CPU
+  experiment, docs/papers/fedawe.md).
 
-  ``bias=False`` drops the bias: the AREA paper's model (spec 002_area §5.1), d*C weights.
+  ``bias=False`` drops the bias: the AREA paper's model (its Section 5.1, eq. (8)), d*C weights.
   """
   num_classes: int
   zero_init: bool = False

@@ -1,8 +1,9 @@
-"""The Fed-EF paper's MNIST/FMNIST CNN (spec 001 §4.3; sizes of the PyTorch MNIST example).
+"""The Fed-EF paper's MNIST/FMNIST CNN (its Section 5.1; sizes of the PyTorch MNIST example).
 
 conv3x3(32, VALID)-ReLU-conv3x3(64, VALID)-ReLU-maxpool2-Dropout(0.25)-flatten (PyTorch's
 C,H,W order)-FC(128)-ReLU-FC(10): 1,199,882 parameters on 28x28x1. PyTorch's default init
-(weights and biases U(+-1/sqrt(fan_in))), the spec's resolution of the unspecified init.
+(weights and biases U(+-1/sqrt(fan_in))), our resolution of the init the paper does not state
+(docs/papers/fedef.md).
 """
 
 import jax

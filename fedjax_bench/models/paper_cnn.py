@@ -1,4 +1,5 @@
-"""The CNN of the FedSoftMax paper (spec 003_hetero_agg §6.2, A14), for 28x28x1 images.
+"""The CNN of the FedSoftMax paper (its Section 3.1, Table 2; the exact shapes are our
+reading, docs/papers/hetero_agg.md), for 28x28x1 images.
 
 conv3x3(32, VALID)-ReLU-maxpool2-conv3x3(64, VALID)-ReLU-maxpool2-flatten (1600, PyTorch's
 C,H,W order), then Dense(10) ("flat", 34,826 parameters: the 1600 of the paper's prose is

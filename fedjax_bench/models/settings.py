@@ -11,7 +11,7 @@ class ModelSettings:
   model: str = setting("logreg", "Model.", choices=models_lib.MODELS)
   mlp_hidden: tuple = setting((200, 200), "Hidden widths of --model=mlp.", check=WIDTHS)
   zero_init: bool = setting(False, "Start from all-zero weights (--model=logreg only; the "
-                            "FedAWE spec's toyfl experiment; the default of the asynchronous "
+                            "FedAWE CPU experiment (toyfl); the default of the asynchronous "
                             "algorithms on MNIST, AREA's x0 = 0).")
   logreg_bias: bool = setting(True, "--model=logreg has a bias (AREA's problem: none).")
   l2: float = setting(0.0, "L2 regularization (nu/2)||theta||^2 added to every local loss and "

@@ -1,4 +1,4 @@
-"""The small CNNs of FedAWE for 32x32x3 images (spec 000_fedawe §5.1, A18).
+"""The small CNNs of FedAWE for 32x32x3 images (the FedAWE paper's Table 6 and the authors' code).
 
 conv3x3(32)-ReLU-maxpool2 twice, flatten in PyTorch's C,H,W order, then fully connected
 layers (``hidden``, ReLU) and the output layer, with Dropout before every fully connected

@@ -1,4 +1,5 @@
-"""When client messages reach the server: the delay model of spec 002 §4.
+"""When client messages reach the server: the delay model of the AREA paper's Section 4
+(Example 4: exponential inter-update times).
 
 Client i's inter-update times are i.i.d. with mean 1/lambda_i (the whole compute and
 communication cycle, whatever the number of local steps). A `Clock` is a pure state
@@ -42,7 +43,8 @@ class Renewal(NamedTuple):
 def client_rates(kind: str, n: int, *, rate: float = 10.0, std: float = 5.0,
                  min_rate: float = 0.5, seed: int = 0) -> np.ndarray:
   """lambda_i: all ``rate`` ("uniform"), or N(rate, std) clipped at ``min_rate``
-  ("normal"; std is the second argument, spec §8.3), drawn once from ``seed``."""
+  ("normal"; std is the second argument: our reading of the AREA paper's N(10, 5),
+  docs/papers/area.md), drawn once from ``seed``."""
   if kind == "uniform":
     return np.full(n, rate, np.float64)
   if kind == "normal":
@@ -91,7 +93,7 @@ def _fresh_delays(rates, law, shape):
 
 def renewal(rates, delay: str = "exponential", *, shape: float | None = None,
             agg_rate=None) -> Clock:
-  """Independent renewal clocks (spec §4.2 method A): the next event is the earliest
+  """Independent renewal clocks (our event-trace simulation, docs/papers/area.md): the next event is the earliest
   pending tick; only that clock draws a fresh delay. ``agg_rate`` (lambda_s, may be
   traced) adds an exponential aggregation clock as outcome n."""
   shape = DEFAULT_SHAPE.get(delay, 1.0) if shape is None else shape
@@ -124,7 +126,7 @@ def renewal(rates, delay: str = "exponential", *, shape: float | None = None,
 
 
 def superposition(rates, *, agg_rate=None) -> Clock:
-  """Exponential clocks only (spec §4.2 method B): gaps ~ Exp(sum lambda), outcome ~
+  """Exponential clocks only (the same trace by superposition, docs/papers/area.md): gaps ~ Exp(sum lambda), outcome ~
   Categorical(lambda / sum lambda); same law as `renewal` with exponential delays.
   The state is the current time."""
   rates = jnp.asarray(rates, jnp.float32)
@@ -162,6 +164,6 @@ def scripted(clients, times, num_clients: int, *, has_aggregation: bool = False)
 
 def round_duration(clock: Clock, key, ids) -> jax.Array:
   """A synchronous round over ``ids`` ends when its slowest client is done: the max of
-  fresh delays (spec §4.5; by memorylessness the same as waiting for each sampled
+  fresh delays (our S-FedAvg rounds, docs/papers/area.md; by memorylessness the same as waiting for each sampled
   client's next tick under exponential clocks)."""
   return jnp.max(clock.delays(key, ids))

@@ -1,9 +1,10 @@
-"""Client availability models of the FedAWE spec (specs/000_fedawe.md §3).
+"""Client availability models of the FedAWE paper (Xiang et al., NeurIPS 2024: Section 7
+and Appendix J.3).
 
-Base probabilities are data-correlated, p_i = <nu_i, phi> (§3.1). The factored
+Base probabilities are data-correlated, p_i = <nu_i, phi> (Appendix J.3). The factored
 dynamics (stationary, staircase, sine, interleaved sine) give
 p_i^t = clip_[0,1](max(p_i, p_min) f(t)) and a fresh Bernoulli draw per client per
-round (§3.2). Markov and cyclic availability (§3.4, from IBM/fedau, not in the
+round (Appendix J.3 and the authors' code). Markov and cyclic availability (from IBM/fedau, not in the
 FedAWE paper) carry a per-client state. Every model is a `Participation`.
 """
 
@@ -22,7 +23,7 @@ PHI_MODES = ("paper", "stress")
 DYNAMICS = ("stationary", "staircase", "sine", "interleaved_sine", "markov", "cyclic")
 _FACTORED = DYNAMICS[:4]
 
-# Interleaved sine cuts a client iff p_i f(t) < delta0 in exact arithmetic (spec A16).
+# Interleaved sine cuts a client iff p_i f(t) < delta0 in exact arithmetic (our reading, docs/papers/fedawe.md).
 # Float64 rounding puts some exact ties a hair below delta0 (0.25 * (0.7 - 0.3)
 # = 0.09999999999999999), so ties within this relative tolerance count as kept.
 _CUT_RTOL = 1e-9
@@ -37,7 +38,7 @@ def draw_phi(mode: str, num_classes: int, seed: int) -> np.ndarray:
 
   "paper": phi_c ~ U(0, Phi_c), Phi_c = 1 for the first half of the classes
   (c < C/2) and 0.5 for the rest, from a NumPy Generator seeded with `seed`.
-  "stress": 0.9 for the first half and 0.1 for the rest (§9.1).
+  "stress": 0.9 for the first half and 0.1 for the rest (our CPU experiment, docs/papers/fedawe.md).
   """
   if mode not in PHI_MODES:
     raise UsageError(f"unknown phi mode {mode!r}; valid: {', '.join(PHI_MODES)}")
@@ -67,7 +68,7 @@ def base_probs(label_histograms, phi) -> np.ndarray:
 
 
 def homogeneous(num_clients: int, p: float) -> np.ndarray:
-  """A base of equal probabilities (the paper's Example 2 is sine over this, §3.3)."""
+  """A base of equal probabilities (the paper's Example 2 is sine over this, Section 4, Fig. 3)."""
   if not _is_int(num_clients) or num_clients < 1:
     raise UsageError(f"num_clients={num_clients} must be a positive integer")
   if not 0 <= p <= 1:
