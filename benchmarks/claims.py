@@ -42,7 +42,8 @@ from fedjax_bench.errors import UsageError  # noqa: E402
 import papers  # noqa: E402  (benchmarks/papers/)
 
 flags.DEFINE_bool("check", False, "Fail if a committed report file (REPORT.md, VERDICTS.md, "
-                  "RUNS.md) differs from what its committed runs produce, or a run is missing or of another "
+                  "RUNS.md) differs from what its committed runs produce, or a run is missing "
+                  "or of another "
                   "configuration; runs made on code changed since are a warning.")
 flags.DEFINE_bool("strict", False, "With --check, runs made on code changed since fail too.")
 flags.DEFINE_bool("list", False, "Print each claim's verdict and each run's state.")

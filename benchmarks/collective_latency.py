@@ -5,7 +5,7 @@
 Each of 1,000 loop iterations runs a psum (or all-gather, ppermute) over the mesh's
 devices, against the same loop without one; prints microseconds per iteration. On a
 2-core CPU VM a psum of one float costs about 48 µs, which a round split over the two
-devices pays at least once (BUILD_NOTES.md, "Speed", small cohorts).
+devices pays at least once (docs/performance.md, "Small cohorts").
 """
 
 import os

@@ -1,8 +1,8 @@
 """A run's CPU device layout: how many XLA CPU devices its runs and cohorts are split over.
 
 XLA:CPU runs the small per-client dots of local training on one core; with several CPU
-devices, the engine's ("runs", "clients") mesh puts several cores to work (BUILD_NOTES.md,
-"Speed"). The split also changes which float additions happen in which order and which
+devices, the engine's ("runs", "clients") mesh puts several cores to work (docs/performance.md,
+"Several CPU devices"). The split also changes which float additions happen in which order and which
 shapes XLA vectorizes, and chaotic configurations amplify those last-digit differences
 (FedAvg on synthetic data differs by 14% in test loss at round 30 between 1 and 2
 devices). So the layout is a setting of the run (`--host_devices`, `RunSettings`), with

@@ -20,7 +20,8 @@ from fedjax_bench.errors import UsageError
 from fedjax_bench.sim import asynchrony
 
 # The AREA paper's setting (Section 5.1), taken by every flag the user did not give when an
-# asynchronous algorithm runs on one of its problems; x0 = 0 (our choice, docs/papers/area.md: the initial gap
+# asynchronous algorithm runs on one of its problems; x0 = 0 (our choice, docs/papers/area.md: the
+# initial gap
 # is then ln 10 - f*). The quadratic's linear model always starts at 0.
 ASYNC_DEFAULTS = {
     "mnist": dict(num_clients=128, partition="dirichlet", alpha=0.1, model="logreg",
@@ -158,7 +159,7 @@ PRIORITIZED_DEFAULTS = {"participation": "full", "weighting": "data_size"}
 
 def fixed(algo: str) -> dict:
   """{name: value} of the papers' defaults that ``algo`` takes on every dataset, whatever
-  else is given (FLAGS.md states them beside the declared defaults)."""
+  else is given (docs/FLAGS.md states them beside the declared defaults)."""
   if algorithms.get(algo).kind != algorithms.PRIORITIZED:
     return {}
   out = dict(PRIORITIZED_DEFAULTS)

@@ -11,7 +11,7 @@ defaults, no setting without effect), then ``experiment.setup`` and ``engine.run
 ``python benchmarks/run.py --algo=NAME --seeds=0,1 --FLAG=VALUE ...`` with the overrides
 of ``flags(NAME)`` runs the same thing (on all cores, which changes the last bits).
 
-Tolerances (float32; see BUILD_NOTES.md "Determinism"):
+Tolerances (float32; see docs/design.md, "Devices and reproducibility"):
 
 * ``RTOL``, ``ATOL``: a rerun on the same kind of CPU with the same device count against
   the committed curves. Same seed, same device count is bitwise in this repo; the slack is

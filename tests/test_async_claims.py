@@ -1,5 +1,5 @@
-"""The AREA paper's claims at toy scale (spec 002 §7 E1, E5; §2.7 Theorem 8; §9 tests 3, 4,
-8, 9, 12). Runs are `lax.scan`s over `alg.round` with the engine's keys, vmapped over
+"""The AREA paper's claims at toy scale (our E1, E5 and the paper's
+Theorem 8; docs/papers/area.md). Runs are `lax.scan`s over `alg.round` with the engine's keys, vmapped over
 seeds and over the traced hyperparameters (Delta, alpha) of one compiled program."""
 
 import jax

@@ -1,4 +1,4 @@
-"""The asynchronous world (sim/asynchrony.py, spec 002 §4): rates, event-trace statistics
+"""The asynchronous world (sim/asynchrony.py, docs/papers/area.md): rates, event-trace statistics
 of the renewal and superposition clocks, heavy-tailed laws, Poisson aggregation events,
 S-FedAvg round durations, and the hyperparameter checks of the async algorithms."""
 

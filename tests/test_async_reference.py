@@ -1,4 +1,4 @@
-"""Asynchronous algorithms (spec 002) against a plain NumPy event loop of the pseudocode.
+"""Asynchronous algorithms (docs/papers/area.md) against a plain NumPy event loop of the pseudocode.
 
 The toy: client i holds a few (x, y) pairs in R^2 x R, the model is affine (w, b), the
 loss 0.5 (w.x + b - y)^2, and local training is full-batch GD (a batch as large as the

@@ -131,7 +131,8 @@ def test_report_is_a_function_of_the_records():
   assert "| c1 | a beats b | +1 | +2.00 [+1.75, +2.25], n=3 | **reproduced** |" in text
   assert "| c2 | on GPU | — | — | **not attempted**: needs a GPU |" in text
   assert "Verdicts: 1 reproduced, 1 not attempted." in text
-  assert "How each verdict is computed" not in text and "| a | 0,1,2 |" not in text
+  assert "## How each verdict is computed" not in text and "| a | 0,1,2 |" not in text
+  assert "[VERDICTS.md](VERDICTS.md)" in text and "[RUNS.md](RUNS.md)" in text
   assert "- **c1**: " in files["VERDICTS.md"] and "--claim=c1" in files["VERDICTS.md"]
   runs = files["RUNS.md"]
   assert "`python benchmarks/run.py --algo=fedavg --seeds=0,1,2`" in runs

@@ -197,7 +197,7 @@ def test_a_figure_curve_is_drawn_at_the_tuned_point(tmp_path, monkeypatch):
   fig = Figure("f.png", "t", (Curve("r", "common", "gap", tune=tune),
                               Curve("r", "own", "gap", tune=tune, tune_each_seed=True),
                               Curve("r", "point 2", "gap", point=2)), ylabel="gap", log=True)
-  paper = Paper(name="toy", title="t", spec="s", runs=(Run("r", {}),), claims=(),
+  paper = Paper(name="toy", title="t", source="s", runs=(Run("r", {}),), claims=(),
                 figures=(fig,))
   plot(paper, tuned_record(), str(tmp_path))
   np.testing.assert_allclose(drawn[0], [10, 2])   # the middle point's seed mean
@@ -218,7 +218,7 @@ def test_a_clock_figure_reads_every_seed_on_one_time_grid(tmp_path, monkeypatch)
                      [[[0, 1, 2, 3, 3], [0, 0.5, 1, 1.5, 2]]])}
   fig = Figure("f.png", "t", (Curve("r", "gap", "gap"),), ylabel="gap", log=True,
                geometric=True, clock="cum_time")
-  paper = Paper(name="toy", title="t", spec="s", runs=(Run("r", {}),), claims=(),
+  paper = Paper(name="toy", title="t", source="s", runs=(Run("r", {}),), claims=(),
                 figures=(fig,))
   plot(paper, rec, str(tmp_path))
   x, y = drawn[0]
@@ -232,7 +232,7 @@ def test_a_clock_figure_reads_every_seed_on_one_time_grid(tmp_path, monkeypatch)
   floored = Figure("g.png", "t", fig.curves, log=True, geometric=True, floor=1e-2,
                    clock="cum_time")
   drawn.clear()
-  plot(Paper(name="toy", title="t", spec="s", runs=(Run("r", {}),), claims=(),
+  plot(Paper(name="toy", title="t", source="s", runs=(Run("r", {}),), claims=(),
              figures=(floored,)), rec, str(tmp_path))
   x, y = drawn[0]
   np.testing.assert_allclose(y[-1], np.sqrt(1 * 1e-2))
@@ -250,7 +250,7 @@ def test_a_long_figure_title_is_wrapped_to_the_figure_width(tmp_path, monkeypatc
   short = "Figure 8, partial participation: m of 200, TopK 0.01"
   figs = tuple(Figure(f"f{i}.png", t, (Curve("r", "gap", "gap"),))
                for i, t in enumerate((words, short)))
-  plot(Paper(name="toy", title="t", spec="s", runs=(Run("r", {}),), claims=(),
+  plot(Paper(name="toy", title="t", source="s", runs=(Run("r", {}),), claims=(),
              figures=figs), tuned_record(), str(tmp_path))
   assert titles[0] == ("Built Shakespeare, 75 roles, char LSTM 2 x 32: each method at its "
                        "tuned\nlearning rate")
@@ -278,7 +278,7 @@ def test_a_figure_leaves_a_gap_where_no_seed_has_a_number_without_a_warning(tmp_
           Figure("g.png", "t", (Curve("r", "gap", "gap"),), geometric=True, floor=1e-12))
   with warnings.catch_warnings():
     warnings.simplefilter("error")
-    plot(Paper(name="toy", title="t", spec="s", runs=(Run("r", {}),), claims=(),
+    plot(Paper(name="toy", title="t", source="s", runs=(Run("r", {}),), claims=(),
                figures=figs), rec, str(tmp_path))
   arith, geo = lines
   assert np.isnan(arith[0]) and np.isnan(geo[0])

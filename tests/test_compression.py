@@ -1,4 +1,4 @@
-"""Compressors of Fed-EF (spec 001 §3, §8.2): golden values, contraction bounds, bit counts."""
+"""Compressors of Fed-EF (the Fed-EF paper's Section 3; docs/papers/fedef.md): golden values, contraction bounds, bit counts."""
 
 import functools
 import math

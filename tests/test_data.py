@@ -315,7 +315,7 @@ def test_corrupt_cache_is_rebuilt(mnist_cache, tmp_path):
   assert np.array_equal(np.load(bad), good["test_y"])
 
 
-# --- the FedAWE image datasets (spec 000_fedawe §5) ----------------------------------
+# --- the FedAWE image datasets (docs/papers/fedawe.md) ----------------------------------
 
 def test_image_specs_follow_the_paper():
   s = tfds_data.SPECS

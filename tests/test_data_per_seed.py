@@ -189,7 +189,7 @@ def test_seed_spread_is_wider_with_data_per_seed():
   """toyfl near convergence (full participation, zero init): with one partition and one
   data set for all seeds the seeds differ only in their minibatches, and the final test
   accuracy hardly varies; redrawn per seed (the FedAWE spec's procedure) it varies by
-  about 1-2 pp (spec 000 §9.3: "raw seed-to-seed std about 2 pp")."""
+  about 1-2 pp (our measurement, docs/papers/fedawe.md: "raw seed-to-seed std about 2 pp")."""
   cfg = _cfg("generated", algo="fedavg", num_clients=10, alpha=1.0, participation="full",
              availability="off", zero_init=True, local_steps=5, batch_size=64)
   seeds = [0, 1, 2, 3]

@@ -1,11 +1,12 @@
-"""Every default that FLAGS.md and README.md state for a setting is the value a run resolves
-to (`config.resolve`, the papers' presets included), for every algorithm it is stated for.
+"""Every default that docs/FLAGS.md and the prose documents (README.md and every other page
+of docs/) state for a setting is the value a run resolves to (`config.resolve`, the papers'
+presets included), for every algorithm it is stated for.
 
-FLAGS.md: each table row's default, for every algorithm that reads the setting ("all": every
-algorithm), except those its "[default X for A, B; Y for C]" names with a value of their
-own. README.md: "`--name`, default V" and "`--name` ... (default V" name the algorithms of
-their table row (an "| `algo`, `algo` |" row), else every algorithm that reads the setting;
-"`--name=...` ... the default `V`" (in one sentence) the same.
+docs/FLAGS.md: each table row's default, for every algorithm that reads the setting ("all":
+every algorithm), except those its "[default X for A, B; Y for C]" names with a value of
+their own. The prose documents: "`--name`, default V" and "`--name` ... (default V" name the
+algorithms of their table row (an "| `algo`, `algo` |" row), else every algorithm that reads
+the setting; "`--name=...` ... the default `V`" (in one sentence) the same.
 """
 
 import functools
@@ -17,7 +18,7 @@ from conftest import REPO
 from fedjax_bench import algorithms, config
 
 # The asynchronous algorithms' preset evaluates about 20 times a run (--rounds / 20), a
-# value derived from --rounds that FLAGS.md's eval_every row does not state.
+# value derived from --rounds that docs/FLAGS.md's eval_every row does not state.
 DERIVED = {("eval_every", a) for a in algorithms.of_kind(algorithms.ASYNCHRONOUS)}
 VALUE = r"`?([A-Za-z0-9_.+-]+)`?(?=[\s;,)])"
 
@@ -51,7 +52,7 @@ def _readers(name: str) -> list[str]:
 
 
 def flags_md_statements(text: str) -> list[tuple[str, str, str, str]]:
-  """[(setting, algorithm, the stated default, the row's help)] of FLAGS.md's tables."""
+  """[(setting, algorithm, the stated default, the row's help)] of docs/FLAGS.md's tables."""
   out = []
   for line in text.splitlines():
     if not line.startswith("| `--"):
@@ -66,15 +67,15 @@ def flags_md_statements(text: str) -> list[tuple[str, str, str, str]]:
     if m:
       for part in m.group(1).split("; "):
         value, sep, names = part.partition(" for ")
-        assert sep, f"FLAGS.md --{name}: unreadable '[default {m.group(1)}]'"
+        assert sep, f"docs/FLAGS.md --{name}: unreadable '[default {m.group(1)}]'"
         own.update({a.strip(): value for a in names.split(",")})
     for a in readers:
       out.append((name, a, own.get(a, default), meaning))
   return out
 
 
-def readme_statements(text: str) -> list[tuple[str, str, str]]:
-  """[(setting, algorithm, the stated default)] of README.md's sentences."""
+def doc_statements(text: str) -> list[tuple[str, str, str]]:
+  """[(setting, algorithm, the stated default)] of a prose document's sentences."""
   out, blocks = [], []
   for line in text.splitlines():  # table rows one by one, other text by paragraph
     if line.startswith("|") or not line.strip() or not blocks or blocks[-1].startswith("|"):
@@ -96,8 +97,11 @@ def readme_statements(text: str) -> list[tuple[str, str, str]]:
   return out
 
 
-FLAGS_MD = flags_md_statements((REPO / "FLAGS.md").read_text())
-README = readme_statements((REPO / "README.md").read_text())
+FLAGS_MD = flags_md_statements((REPO / "docs" / "FLAGS.md").read_text())
+# The prose documents: the README and every page of docs/ but the generated FLAGS.md.
+DOCS = [REPO / "README.md"] + sorted(p for p in (REPO / "docs").rglob("*.md")
+                                     if p.name != "FLAGS.md")
+STATEMENTS = [(str(p.relative_to(REPO)), *s) for p in DOCS for s in doc_statements(p.read_text())]
 
 
 def test_the_documents_are_read():
@@ -106,8 +110,11 @@ def test_the_documents_are_read():
   stated = {(n, a): v for n, a, v, _ in FLAGS_MD}
   assert {("prox_mu", "fedprox"), ("prox_mu", "fedalign_prox"), ("weighting", "fedavg"),
           ("weighting", "fedalign"), ("participation", "fedalign")} <= set(stated)
-  assert {("prox_mu", "fedprox_priority"), ("checkpoint_every", "fedavg"),
-          ("local_optimum", "fedsoftmax")} <= {(n, a) for n, a, _ in README}
+  found = {(doc, n, a) for doc, n, a, _ in STATEMENTS}
+  assert {("docs/algorithms.md", "prox_mu", "fedprox_priority"),
+          ("docs/algorithms.md", "local_optimum", "fedsoftmax"),
+          ("docs/running.md", "checkpoint_every", "fedavg"),
+          ("docs/running.md", "host_devices", "fedavg")} <= found
 
 
 def test_the_parsers_read_a_per_algorithm_default():
@@ -116,7 +123,7 @@ def test_the_parsers_read_a_per_algorithm_default():
   assert [(n, a, v) for n, a, v, _ in flags_md_statements(row)] == [
       ("prox_mu", "fedalign", "1.0"), ("prox_mu", "fedprox", "0.01")]
   line = "| `fedprox` | Li et al. | the FedProx term (`--prox_mu`, default 1) |"
-  assert readme_statements(line) == [("prox_mu", "fedprox", "1")]
+  assert doc_statements(line) == [("prox_mu", "fedprox", "1")]
   assert not _same("1", config.resolve({"algo": "fedprox"}).flat()["prox_mu"])
 
 
@@ -129,7 +136,7 @@ def _flags_md_mismatch(name, algo, stated, meaning):
     ok = value in (int(stated), flat["rounds"] * int(rule.group(2)) // 100)
   else:
     ok = _same(stated, value)
-  return None if ok else f"{algo}: FLAGS.md says {stated}, it resolves to {value!r}"
+  return None if ok else f"{algo}: docs/FLAGS.md says {stated}, it resolves to {value!r}"
 
 
 @pytest.mark.parametrize("name", sorted({n for n, *_ in FLAGS_MD}))
@@ -139,8 +146,9 @@ def test_flags_md_default_is_the_resolved_one(name):
   assert not wrong, f"--{name}: " + "; ".join(wrong)
 
 
-@pytest.mark.parametrize("name,algo,stated", README, ids=[f"{n}-{a}" for n, a, _ in README])
-def test_readme_default_is_the_resolved_one(name, algo, stated):
+@pytest.mark.parametrize("doc,name,algo,stated", STATEMENTS,
+                         ids=[f"{d}-{n}-{a}" for d, n, a, _ in STATEMENTS])
+def test_documented_default_is_the_resolved_one(doc, name, algo, stated):
   value, _ = _resolved(algo, name)
-  assert _same(stated, value), (f"README.md says --{name} defaults to {stated} for {algo}; "
+  assert _same(stated, value), (f"{doc} says --{name} defaults to {stated} for {algo}; "
                                 f"it resolves to {value!r}")

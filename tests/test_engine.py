@@ -56,7 +56,7 @@ def _probe(tmp_path, devices, seeds="0,1,2,3"):
 def test_one_device_equals_four(tmp_path):
   # One device vectorizes 4 runs; four devices run one each. XLA:CPU may compile a
   # different vector width to a different summation order inside the round scan,
-  # so the last bit can differ (BUILD_NOTES.md, "Determinism"); nothing more may.
+  # so the last bit can differ (docs/design.md, "Devices and reproducibility"); nothing more may.
   one, four = _probe(tmp_path, 1), _probe(tmp_path, 4)
   assert int(one["devices"]) == 1 and int(four["devices"]) == 4
   keys = [k for k in one.files if k.startswith(("m_", "p_"))]

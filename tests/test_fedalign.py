@@ -1,4 +1,4 @@
-"""FedALIGN and the prioritized-FL baselines (spec 004_fedalign §8).
+"""FedALIGN and the prioritized-FL baselines (docs/papers/fedalign.md).
 
 Equivalences are exact (same keys, same shapes); the aggregation, the proximal gradient
 and the authors' server update are checked against per-client loops written here.

@@ -1,4 +1,4 @@
-"""Fed-SGD / Fed-AMS / Fed-EF (spec 001 §2): golden runs against an independent NumPy
+"""Fed-SGD / Fed-AMS / Fed-EF (the Fed-EF paper's Algorithms 1-3; docs/papers/fedef.md): golden runs against an independent NumPy
 transcription of the spec's pseudocode, the identities of §2.6-§2.10, bits (§3.9), the
 per-round diagnostics (§4.7) and bad input.
 

@@ -1,4 +1,4 @@
-"""Loss-aware aggregation (spec 003_hetero_agg): the weight functions, the exact
+"""Loss-aware aggregation (docs/papers/hetero_agg.md): the weight functions, the exact
 quadratic toys Q1/Q2 of §9 end to end through the algorithm, Q3 (stochastic) with the
 weight functions, equivalences with FedAvg,
 the vectorized loss pass, the partitions, the model and the curve statistics (§11)."""

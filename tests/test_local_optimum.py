@@ -1,4 +1,4 @@
-"""The F_i* estimate of loss-aware aggregation (--local_optimum=estimate, spec 003 A3):
+"""The F_i* estimate of loss-aware aggregation (--local_optimum=estimate, docs/papers/hetero_agg.md):
 against closed-form per-client minima on convex tasks, through the algorithm, per seed
 with --data_per_seed, and "zero" (the default) leaving the round unchanged."""
 

@@ -56,7 +56,7 @@ def test_cnn_fedavg_learns_bright_from_dark_images():
   assert float(after["train_loss"]) < 0.5 * float(before["train_loss"])
 
 
-# --- the FedAWE CNNs (spec 000_fedawe §5.1) ----------------------------------------
+# --- the FedAWE CNNs (docs/papers/fedawe.md) ----------------------------------------
 
 CIFAR_NORM = ((0.4914, 0.4822, 0.4465), (0.2023, 0.1994, 0.2010))
 

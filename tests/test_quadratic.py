@@ -1,4 +1,4 @@
-"""The AREA quadratic toys (spec 002_area §5.2, §7 E5) with the scalar linear model."""
+"""The AREA quadratic toys (docs/papers/area.md, our E5) with the scalar linear model."""
 
 import jax
 import jax.numpy as jnp

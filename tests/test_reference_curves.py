@@ -10,7 +10,7 @@
   on 2 devices, each cohort split over the other 2):
   - same seed, same curves: the two passes are bitwise equal, for every algorithm;
   - within reference.CROSS_DEVICE_RTOL of this session's 1-device curves
-    (BUILD_NOTES.md, "Determinism": device counts agree to ~1e-6, not bitwise).
+    (docs/design.md, "Devices and reproducibility": device counts agree to ~1e-6, not bitwise).
 
 The subprocess starts with the first 1-device test and runs beside them (one core each).
 After an intended change of the numbers: python benchmarks/update_references.py

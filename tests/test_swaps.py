@@ -71,7 +71,7 @@ def test_batch_positions_equal_sequential_swaps(sampling):
 
 
 def test_batch_positions_has_no_loop_over_the_batch():
-  """The B swaps of a step are not a sequential loop (a round's fixed cost, BUILD_NOTES)."""
+  """The B swaps of a step are not a sequential loop (a round's fixed cost, docs/performance.md)."""
   jaxpr = jax.make_jaxpr(lambda k, p: local.batch_positions(
       k, 3, 25, p, batch_size=10, sampling="shuffle"))(jax.random.PRNGKey(0),
                                                      jnp.arange(30, dtype=jnp.int32))

@@ -1,4 +1,4 @@
-"""The toyfl Gaussian mixture (spec 000_fedawe §9.1): sizes, seeding, difficulty."""
+"""The toyfl Gaussian mixture (docs/papers/fedawe.md): sizes, seeding, difficulty."""
 
 import jax
 import jax.numpy as jnp

@@ -1,4 +1,4 @@
-"""FedAWE and the unavailability baselines against independent NumPy references (spec 000).
+"""FedAWE and the unavailability baselines against independent NumPy references (docs/papers/fedawe.md).
 
 Most tests run the scalar quadratic toy of spec §8: client i holds targets with mean u_i,
 F_i(x) = mean_j 0.5 (x - y_ij)^2, the model is a zero-initialised bias (LogReg with one
@@ -328,7 +328,7 @@ def test_iterates_match_numpy_reference_of_the_spec(name, extra, golden):
 
 
 def test_fedawe_clip_can_be_swept_in_an_engine_grid(golden):
-  """engine.run traces swept scalars (BUILD_NOTES "The shape of a run"); a grid over
+  """engine.run traces swept scalars (docs/design.md, "The shape of a run"); a grid over
   `fedawe_clip` in {0, 0.5} must give each point's own iterates (§2.1 with and without
   the code's clip), here the NumPy reference's after 30 rounds."""
   task, world, masks = golden

@@ -1,4 +1,4 @@
-"""The spec's toy examples (spec 000 §8): biased and unbiased fixed points on quadratics.
+"""The FedAWE paper's toy examples (our reading, docs/papers/fedawe.md): biased and unbiased fixed points on quadratics.
 
 F_i(x) = 0.5 (x - u_i)^2, one example per client, full-batch local GD: Delta_i =
 (1 - c)(u_i - x), c = (1 - eta_l)^s. Long runs are `lax.scan`s over `alg.round` with the

@@ -3,10 +3,10 @@
 Runs: the paper's MNIST experiments (Figs. 1, 2, 5-10: n = 128 or 4 clients, Dirichlet(0.1)
 or iid, K = 1 or 50 local steps, uniform or N(10, 5) rates, b = 32, Delta = 4), the
 quadratic toy of Fig. 4 (float64 for exact convergence, float32 for the plateaus), and
-the spec's calibration experiments E2 and E3 (exact local gradients on 2,000 MNIST
+our calibration experiments E2 and E3 (docs/papers/area.md) (exact local gradients on 2,000 MNIST
 examples, n = 64 and 8). Each run is one method over a stepsize grid, the same grid and
 seeds for every method of a setting (the paper tuned every method by grid search); each
-claim reads the tuned grid point, chosen by the spec's rule (§8 row 13: the smallest
+claim reads the tuned grid point, chosen by our rule (docs/papers/area.md: the smallest
 seed-mean time average of log10 of the optimality gap over [0, T], diverged points
 excluded, ties to the larger stepsize). The methods of a setting
 share the data, the rates and the event traces of each seed, so differences are paired
@@ -44,9 +44,11 @@ FIGS = {1: (128, "dirichlet", 1, 20.0, GRID_128_K1), 2: (128, "dirichlet", 50, 2
         9: (4, "iid", 1, 20.0, GRID_4_K1), 10: (4, "iid", 50, 20.0, GRID_4_K50)}
 EVALS = 20  # evaluations over [0, T], about (evaluations are most of a run's cost)
 GAP_FLOOR = 1e-8  # log10 of the gap floors here (float32 losses)
-# Spec §7 E2/E3: exact local gradients (a batch of at least every client's examples with
+# Our E2/E3 (docs/papers/area.md): exact local gradients (a batch of at least every client's
+# examples with
 # shuffled epochs: each step is the client's full gradient), N(10, 5) rates shared by the
-# seeds, T = 40, the spec's grid and 3 seeds. The spec's data are sklearn's digits (1,437
+# seeds, T = 40, the calibration's grid and 3 seeds. The calibration's data are sklearn's digits
+# (1,437
 # training examples, Dirichlet(0.1)); here a pool of 2,000 MNIST examples in label shards
 # of 1000 / n (two per client on average, so that n does not change the skew): the
 # Dirichlet partition splits all of MNIST, and full gradients over it cost 37 min per run
@@ -57,7 +59,7 @@ E_T = 40.0
 E_POOL = 2000
 E_BATCH = {64: 80, 8: 500}  # >= the largest client of partition seed 0 (75, 500)
 # Fig. 4: n = 50, f_i(x) = 1/2 (100 i x - 1)^2, exact gradients, N(10, 3) rates, T = 10,
-# the spec's grid {1, 2, 5, 7} x 1e-7..1e-5 (extended below the paper's 1e-6, §7 E1).
+# our grid {1, 2, 5, 7} x 1e-7..1e-5 (extended below the paper's 1e-6, our E1).
 QUAD_GRID = tuple(float(f"{m}e{e}") for e in (-7, -6, -5) for m in (1, 2, 5, 7))
 QUAD_T = 10.0
 QUAD_FLOOR = 1e-30
@@ -127,7 +129,8 @@ def _floor(run: str) -> float:
 
 
 def tuning(run: str) -> Metric:
-  """Spec §8 row 13: the time average of log10 of the gap over [0, T]."""
+  """Our tuning statistic (docs/papers/area.md): the time average of log10 of the gap
+  over [0, T]."""
   return Metric(run, _gap_metric(run), clock="cum_time", window=_horizon(run),
                 log_floor=_floor(run))
 
@@ -260,7 +263,7 @@ def claims():
   for x in ("fedbuff", "asfedavg"):
     out.append(Claim(
         f"F4-{x}-inexact", f"{NAMES[x]} does not converge exactly: log10 (x − x*)²/x*² at "
-        "T = 10 stays above −7 (spec E1 (b))", "plateau", AtLeast(final(f"fig4_{x}"), -7.0),
+        "T = 10 stays above −7 (our E1 (b))", "plateau", AtLeast(final(f"fig4_{x}"), -7.0),
         section=s))
   out.append(Claim(
       "F4-fn4-inexact", "S-FedAvg with Δ = 4 < n does not converge to the optimum: log10 "
@@ -275,18 +278,18 @@ def claims():
   f64 = lambda algo: f"fig4x64_{algo}"
   out.append(Claim(
       "F4-exact-area", "AREA converges exactly, to machine precision: log10 (x − x*)²/x*² at "
-      "T = 10 ≤ −16 (spec E1 (a))", "Fig. 4", AtMost(final(f64("area")), -16.0), section=s))
+      "T = 10 ≤ −16 (our E1 (a))", "Fig. 4", AtMost(final(f64("area")), -16.0), section=s))
   for a in ("mifa_async", "sfedavg"):
     out.append(Claim(
         f"F4-exact-{a}", f"{NAMES[a]} converges exactly: log10 (x − x*)²/x*² at T = 10 "
-        "≤ −8 (spec E1 (a))", "Fig. 4", AtMost(final(f64(a)), -8.0), section=s))
+        "≤ −8 (our E1 (a))", "Fig. 4", AtMost(final(f64(a)), -8.0), section=s))
   for fast, slow in (("area", "mifa_async"), ("mifa_async", "sfedavg")):
     out.append(Claim(
         f"F4-order-{fast}-{slow}", f"{NAMES[fast]} converges faster than {NAMES[slow]}: "
-        "log10 (x − x*)²/x*² at t = 5 at least 1 lower (spec E1 (c): 10x)", "Fig. 4",
+        "log10 (x − x*)²/x*² at t = 5 at least 1 lower (our E1 (c): 10x)", "Fig. 4",
         Difference(gap_at(f64(slow), 5.0), gap_at(f64(fast), 5.0), margin=1.0), section=s))
   out.append(Claim(
-      "F4-stable", "AREA's largest stable stepsize is at least 10x MIFA's (spec E1 (d); log10 "
+      "F4-stable", "AREA's largest stable stepsize is at least 10x MIFA's (our E1 (d); log10 "
       f"of each seed's largest α with log10 (x − x*)²/x*² at T below {QUAD_STABLE:g})",
       "Fig. 4", Difference(largest_stable(f64("area")), largest_stable(f64("mifa_async")),
                            margin=1.0), section=s))
@@ -394,49 +397,51 @@ def claims():
         Difference(final(r(9, rt, "asfedavg")), final(r(10, rt, "asfedavg"))),
         section=s))
 
-  s = "Spec §7 E2/E3: exact local gradients, N(10, 5) rates, T = 40 (2,000 MNIST examples)"
+  s = "Our E2/E3: exact local gradients, N(10, 5) rates, T = 40 (2,000 MNIST examples)"
   e2 = lambda a: f"e2_n64_{a}"
   e3 = lambda a: f"e3_n8_{a}"
   for x in OTHERS:
     out.append(Claim(
         f"E2a-{x}", f"n = 64: AREA's gap at T is at least 3x below {NAMES[x]}'s (log10, "
-        "margin log10 3)", "spec: ≥ 3x below the best other",
+        "margin log10 3)", "calibration: ≥ 3x below the best other",
         Difference(final(e2(x)), final(e2("area")), math.log10(3)), section=s))
   for x in ("fedbuff", "mifa_async"):
     out.append(Claim(
         f"E2b-{x}", f"n = 64: AREA's tuned α is at least 30x {NAMES[x]}'s (log10, margin "
-        "log10 30)", "spec: ≥ 30x", Difference(alpha(e2("area")), alpha(e2(x)), math.log10(30)),
+        "log10 30)", "calibration: ≥ 30x",
+        Difference(alpha(e2("area")), alpha(e2(x)), math.log10(30)),
         section=s))
   out.append(Claim(
       "E2c-area", "n = 64: AREA's gap keeps falling geometrically: g(40)/g(20) ≤ 0.2 (log10 "
-      "g(20) − log10 g(40), margin log10 5)", "spec: ≤ 0.2 (Thm 8)",
+      "g(20) − log10 g(40), margin log10 5)", "calibration: ≤ 0.2 (Thm 8)",
       Difference(near(e2("area"), 20.0), final(e2("area")), math.log10(5)), section=s))
   for x in ("fedbuff", "asfedavg"):
     out.append(Claim(
         f"E2c-{x}", f"n = 64: {NAMES[x]} plateaus while AREA does not: its log10 g(40)/g(20) "
-        "exceeds AREA's by log10 1.5 (spec: ≥ 0.3 against ≤ 0.2)", "spec: ≥ 0.3",
+        "exceeds AREA's by log10 1.5 (calibration: ≥ 0.3 against ≤ 0.2)", "calibration: ≥ 0.3",
         LargerGap(final(e2(x)), near(e2(x), 20.0), math.log10(1.5),
                   c=final(e2("area")), d=near(e2("area"), 20.0)), section=s))
   for x in ("area", "fedbuff", "asfedavg", "mifa_async"):
     out.append(Claim(
         f"E2d-{x}", f"n = 64: S-FedAvg is slower than {NAMES[x]} (time average of log10 gap)",
-        "spec: S-FedAvg slowest", Difference(speed(e2("sfedavg")), speed(e2(x))), section=s))
+        "calibration: S-FedAvg slowest", Difference(speed(e2("sfedavg")), speed(e2(x))), section=s))
   out.append(Claim(
       "E3-mifa", "n = 8: AREA is not the best: MIFA's gap at T is at least 2x below AREA's",
-      "spec: MIFA ≥ 2x better", Difference(final(e3("area")), final(e3("mifa_async")), two),
+      "calibration: MIFA ≥ 2x better", Difference(final(e3("area")), final(e3("mifa_async")), two),
       section=s))
   out.append(Claim(
       "E3-alpha-area", "AREA's tuned α grows at least in proportion to n (n = 8 → 64, margin "
-      "log10 8)", "spec: 30 → 1000", Difference(alpha(e2("area")), alpha(e3("area")),
+      "log10 8)", "calibration: 30 → 1000", Difference(alpha(e2("area")), alpha(e3("area")),
                                                 math.log10(8)), section=s))
   for x in ("fedbuff", "mifa_async"):
     out.append(Claim(
         f"E3-alpha-{x}", f"{NAMES[x]}'s tuned α does not grow with n (n = 8 and 64 within "
-        "log10 (10/3))", "spec: within 3-10",
+        "log10 (10/3))", "calibration: within 3-10",
         Equivalent(alpha(e2(x)), alpha(e3(x)), math.log10(10 / 3)), section=s))
   out.append(Claim(
       "E3-rank", "AREA's log10 gap minus MIFA's shrinks from n = 8 to n = 64 (the crossing of "
-      "E3)", "spec: ratio falls with n", LargerGap(final(e3("area")), final(e3("mifa_async")),
+      "E3)", "calibration: ratio falls with n",
+      LargerGap(final(e3("area")), final(e3("mifa_async")),
                                                    c=final(e2("area")), d=final(e2("mifa_async"))),
       section=s))
 
@@ -456,7 +461,7 @@ def claims():
             "ln 10 − f* = 1.958", AtLeast(x0, 1.955), section=s),
   ]
 
-  s = "Theory, tables and the spec's other experiments"
+  s = "Theory, tables and our other experiments"
   out += [
       Claim("T1-T2", "Tables 1 and 2: the assumptions and guarantees of related methods",
             "—", not_attempted="comparisons of published analyses, no experiment", section=s),
@@ -475,13 +480,13 @@ def claims():
             "memories", section=s),
       Claim("Thm10", "Theorem 10: convex non-smooth, diminishing α: O(1/√T) with the average "
             "of 1/p_i", "—", not_attempted="a rate bound; no experiment in the paper and none "
-            "in the spec's CPU plan", section=s),
-      Claim("E4", "Spec E4: E2 with minibatches of 32, AREA below FedBuff, AS-FedAvg and "
-            "S-FedAvg at long horizons", "spec: report only", not_attempted="the spec asks "
+            "in our CPU plan", section=s),
+      Claim("E4", "Our E4: E2 with minibatches of 32, AREA below FedBuff, AS-FedAvg and "
+            "S-FedAvg at long horizons", "ours: report only", not_attempted="our plan asks "
             "for a report only; the paper's own stochastic runs (Figs. 1, 5-10, b = 32) are "
             "tested above. About 5 runs of 8 points x 3 seeds, 15 min", section=s),
-      Claim("E5", "Spec E5: two clients, rates (9, 1): AREA and MIFA find x* = 0, FedBuff and "
-            "AS-FedAvg the rate-weighted 0.8", "spec calibration", not_attempted="rates (9, 1) "
+      Claim("E5", "Our E5: two clients, rates (9, 1): AREA and MIFA find x* = 0, FedBuff and "
+            "AS-FedAvg the rate-weighted 0.8", "our calibration", not_attempted="rates (9, 1) "
             "are not a --async_rates choice (uniform, normal); checked by tests/"
             "test_async_claims.py::test_two_client_bias_e5 (default suite)", section=s),
   ]
@@ -519,7 +524,7 @@ def figures(declared):
   out.append(gap("Fig. 4: quadratic toy, n = 50, exact gradients", quad, "fig4.png",
                  ylabel="(x − x*)² / x*²"))
   for n, e in ((64, "e2"), (8, "e3")):
-    out.append(gap(f"Spec {e.upper()}: n = {n}, exact local gradients on 2,000 examples",
+    out.append(gap(f"Our {e.upper()}: n = {n}, exact local gradients on 2,000 examples",
                    tuple((f"{e}_n{n}_{a}", NAMES[a]) for a in METHODS), f"{e}.png"))
   return tuple(out)
 
@@ -530,7 +535,10 @@ PAPER = Paper(
     name="area",
     title="AREA: asynchronous federated stochastic optimization for heterogeneous "
           "objectives under arbitrary delays (Iakovidou & Kim, arXiv 2405.10123 v1)",
-    spec="../shared/specs/002_area.md",
+    source="Charikleia Iakovidou and Kibaek Kim, \"Asynchronous Federated Stochastic "
+           "Optimization for Heterogeneous Objectives Under Arbitrary Delays\", arXiv:2405.10123 "
+           "v1 (2024), <https://arxiv.org/abs/2405.10123v1>. Our reconstruction decisions: "
+           "[docs/papers/area.md](../../docs/papers/area.md).",
     runs=RUNS, claims=CLAIMS, figures=figures({r.name for r in RUNS}),
     intro="""Everything here runs on a 2-core CPU. The paper's MNIST experiments are run
 at the paper's scale where that is cheap (n = 128 or 4 clients, multinomial logistic
@@ -540,13 +548,14 @@ whose events cost about 15 times as much. Every method
 of a figure runs over the same stepsize grid (half decades; the paper's decades at n = 128
 with 50 steps) with the same 10 seeds; each seed draws its
 own Dirichlet partition and client rates (`--data_per_seed`). A claim reads the grid point
-its method's tuning picks (spec §8 row 13), except the rows on stepsizes, which read each
+its method's tuning picks (our rule, in the module docstring), except the rows on stepsizes, which
+read each
 seed's own choice so that their interval reflects how stable the choice is. Gaps are
 f(x_s) − f* on all 60,000 training examples, compared in log10 (decades), paired per
 seed.""",
     notes="""The paper gives no numbers: its claims are orderings read off smoothed curves,
-so every "beats" has margin 0 (an interval above zero suffices) and only the spec's
-calibration rows (E2, E3) carry the spec's factors as margins. "Faster" is the time
+so every "beats" has margin 0 (an interval above zero suffices) and only our
+calibration rows (E2, E3) carry the calibration's factors as margins. "Faster" is the time
 average of log10 of the gap over [0, T], the tuning statistic itself; "more accurate" the
 log10 gap at T. The band of Fig. 7 (and the old report's claim about Fig. 1) is measured
 per seed as the mean distance of its log10 gap from the seed-mean log10 gap over the
@@ -559,6 +568,6 @@ about 50 times MIFA's, and its synchronous rounds wait for the slowest of the 50
 by t = 5), and those few rounds with exact gradients already pass MIFA's 2,250 to 2,700
 events: the paper's ordering of the two is not what these runs give.
 E2 and E3 use exact local gradients (a batch that holds every client's examples) on a
-pool of 2,000 MNIST examples, the size of the spec's digits data, in label shards (two per
-client on average) instead of the spec's Dirichlet(0.1), with the partition and rates of
-partition seed 0 for all three seeds, as the spec's calibration.""")
+pool of 2,000 MNIST examples, the size of the calibration's digits data, in label shards (two per
+client on average) instead of its Dirichlet(0.1), with the partition and rates of
+partition seed 0 for all three seeds, as in the calibration.""")

@@ -244,9 +244,9 @@ FIGURES = (
 PAPER = Paper(
     name="baselines",
     title="The standard baselines: FedProx, SCAFFOLD, FedDyn, q-FFL, Ditto, DP-FedAvg",
-    spec="README.md (Algorithms) and the papers: Li et al. MLSys 2020; Karimireddy et al. "
-         "ICML 2020; Acar et al. ICLR 2021; Li et al. ICLR 2020; Li et al. ICML 2021; "
-         "McMahan et al. ICLR 2018",
+    source="Li et al. (FedProx) MLSys 2020; Karimireddy et al. (SCAFFOLD) ICML 2020; Acar "
+           "et al. (FedDyn) ICLR 2021; Li et al. (q-FFL) ICLR 2020; Li et al. (Ditto) ICML "
+           "2021; McMahan et al. (DP-FedAvg) ICLR 2018.",
     runs=runs(), claims=claims(), figures=FIGURES,
     intro="""Everything here runs on a 2-core CPU. FedProx's Figure 1 is run on the LEAF
 Synthetic(1, 1) data at the paper's setting (30 devices, 10 a round, E = 20 epochs of batch

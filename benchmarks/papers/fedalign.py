@@ -1,7 +1,8 @@
 """FedALIGN / prioritized FL (Ravi & Shomorony): its claims, tested at CPU scale.
 
-Runs: the spec's CPU-scale experiments (§6: CPU-1 Gaussian shards, CPU-2 Synth(1,1) with
-explicit aligned and misaligned free clients), Fig. 2's reconstructed noise levels (§4.2)
+Runs: our CPU-scale experiments (docs/papers/fedalign.md: CPU-1 Gaussian shards, CPU-2 Synth(1,1)
+with
+explicit aligned and misaligned free clients), Fig. 2's reconstructed noise levels
 and the label-shard benchmarks of Figs. 1, 3-6 on real MNIST. Each seed s redraws the
 data, the priority clients and the test set (`--data_per_seed`: those of a one-seed run
 with --partition_seed=s, as the authors' code reseeds everything per seed) and trains
@@ -12,9 +13,9 @@ from fedjax_bench.claims import (AtLeast, AtMost, Claim, Curve, Difference, Equi
                                  Figure, LargerGap, Metric, Paper, Run)
 
 SEEDS = (0, 1, 2, 3, 4)
-# The paper's local training (spec §3): E = 5 SGD steps, a constant learning rate, ε = 0.2
+# The paper's local training (Section 4, App. B): E = 5 SGD steps, a constant learning rate, ε = 0.2
 # on accuracy, a warm-up of 20 of 200 rounds; shuffled epochs without the partial last
-# batch, as the authors' DataLoader (spec §2.1).
+# batch, as the authors' DataLoader.
 COMMON = dict(local_steps=5, rounds=200, warmup_rounds=20, eval_every=5, align_epsilon=0.2,
               sampling="shuffle_drop_last", data_per_seed=True)
 METHODS = {"prio": "fedavg_priority", "all": "fedavg_all_clients", "align": "fedalign"}
@@ -29,15 +30,16 @@ SMALL = dict(MNIST, shard_size=20)  # scarce priority data: the overfitting FedA
 SYNTH = dict(dataset="synth_pfl", batch_size=10, client_lr=0.1, zero_init=True)
 
 SETTINGS = {
-    # §6 CPU-1 (mirrors Fig. 1): Gaussian classes in shards of 10, 30 clients, 2 priority.
+    # CPU-1 (mirrors Fig. 1): Gaussian classes in shards of 10, 30 clients, 2 priority.
     "cpu1": dict(dataset="gaussmix_shards", num_clients=30, batch_size=10, client_lr=0.1,
                  zero_init=True),
-    # §6 CPU-2 (mirrors Fig. 2): 10 Synth(1,1) users of 50, 6 aligned of 20 free clients.
+    # CPU-2 (mirrors Fig. 2): 10 Synth(1,1) users of 50, 6 aligned of 20 free clients.
     "cpu2": dict(SYNTH, num_clients=30, rounds=100),
     # Fig. 1 on MNIST with the authors' 120 shards of 500, 2 per client; and shards of 20.
     "fig1": dict(MNIST, shard_size=500),
     "fig1_small": SMALL,
-    # Fig. 2: the reconstructed label-noise / irrelevant-data skews (§4.2), 10 + 10 clients.
+    # Fig. 2: the reconstructed label-noise / irrelevant-data skews (docs/papers/fedalign.md), 10 +
+    # 10 clients.
     **{f"fig2_{level}": dict(SYNTH, synth_noise="paper_skew", num_clients=20, rounds=300,
                              label_skew=skew, random_skew=skew, align_epsilon=eps)
        for level, skew, eps in (("low", 0.5, 0.2), ("medium", 1.5, 0.2), ("high", 5.0, 0.4))},
@@ -78,7 +80,7 @@ def _label(s: str, m: str) -> str:
 
 def final(s: str, m: str, metric: str = "test_accuracy", window: int = 20,
           label: str = "") -> Metric:
-  """The spec's final_m: the mean over the last 10% of the rounds (accuracy in %)."""
+  """final_m: the mean over the last 10% of the rounds (accuracy in %)."""
   scale = 100.0 if metric == "test_accuracy" else 1.0
   return Metric(f"{s}_{m}", metric, window=window, scale=scale, label=label or _label(s, m))
 
@@ -96,7 +98,7 @@ def admitted(s: str, aligned: bool = False, scale: float = 1.0, window: int = 18
 
 
 def theta(run: str, label: str) -> Metric:
-  """θ̂: the mean over all 200 rounds of 1/(1 + Σ_{k∉P} p_k I_k) (spec §2.6)."""
+  """θ̂: the mean over all 200 rounds of 1/(1 + Σ_{k∉P} p_k I_k) (Theorem 1, App. A)."""
   return Metric(run, "theta_term", window=200, label=label)
 
 
@@ -115,17 +117,17 @@ def claims():
           f"T1a-{s}-{m}", f"{SHORT.get(m, 'FedALIGN')} equals Prio until the warm-up ends ({where}; "
           "test accuracy at round 20)", "identical curves to round 20",
           Equivalent(at(s, m, 20), at(s, "prio", 20), 0.0), section=t1))
-    cpu = s == "cpu1"  # the spec's §6 margins for CPU-1, 0 elsewhere
+    cpu = s == "cpu1"  # the calibration's margins for CPU-1, 0 elsewhere
     out += [
         Claim(f"T1b-{s}", f"FedALIGN ends above Prio ({where}"
-              + (", spec §6 margin +1 pp)" if cpu else ")"), "higher final accuracy",
+              + (", calibration margin +1 pp)" if cpu else ")"), "higher final accuracy",
               Difference(final(s, "align"), final(s, "prio"), 1.0 if cpu else 0.0),
               section=t1),
         Claim(f"T1b-jump-{s}", f"FedALIGN is above Prio right after the warm-up ({where}; "
               "round 30)", "a clear increase in convergence rate after round 20",
               Difference(at(s, "align", 30), at(s, "prio", 30)), section=t1),
         Claim(f"T1c-{s}", f"All ends below Prio ({where}"
-              + (", spec §6 margin 5 pp)" if cpu else ")"),
+              + (", calibration margin 5 pp)" if cpu else ")"),
               "inclusion of all clients often degrades",
               Difference(final(s, "prio"), final(s, "all"), 5.0 if cpu else 0.0), section=t1),
         Claim(f"T1c-drop-{s}", f"All falls below Prio right after the warm-up ({where}; "
@@ -134,7 +136,8 @@ def claims():
     ]
   out.append(Claim(
       "T1-aligned-cpu1", "≥ 90% of the admitted free clients are fully aligned (label set "
-      "inside the priority clients'; CPU-1, spec §6 assertion 5)", "— (spec: all of 2.86)",
+      "inside the priority clients'; CPU-1, calibration assertion 5)", 
+      "— (calibration: all of 2.86)",
       Difference(admitted("cpu1", aligned=True), admitted("cpu1", scale=0.9)), section=t1))
   for ds in ("FMNIST", "EMNIST", "CIFAR-10"):
     out.append(Claim(f"T1-{ds}", f"Fig. 1 on {ds}: the three curves as above", "Fig. 1",
@@ -150,7 +153,7 @@ def claims():
       margin = 0.05 if cpu else 0.0
       out.append(Claim(
           f"T2-loss-{s}-{m}", f"FedALIGN's priority train loss ends below {SHORT[m]}'s "
-          f"({where}" + (", spec §6 margin 0.05)" if cpu else ")"),
+          f"({where}" + (", calibration margin 0.05)" if cpu else ")"),
           "a clear improvement after round 20",
           Difference(final(s, m, "train_loss", window), final(s, "align", "train_loss", window),
                      margin), section=t2))
@@ -161,18 +164,18 @@ def claims():
           section=t2))
   out += [
       Claim("T2-prio-all-cpu2", "Prio's priority train loss ends below All's by ≥ 0.05 "
-            "(CPU-2, spec §6 assertion 1)", "— (spec: 0.649 vs 0.960)",
+            "(CPU-2, calibration assertion 1)", "— (calibration: 0.649 vs 0.960)",
             Difference(final("cpu2", "all", "train_loss", 10),
                        final("cpu2", "prio", "train_loss", 10), 0.05), section=t2),
       Claim("T2-aligned-cpu2", "≥ 80% of the admitted free clients are aligned (CPU-2, "
-            "spec §6 assertion 3)", "— (spec: 6.0 of 7.05)",
+            "calibration assertion 3)", "— (calibration: 6.0 of 7.05)",
             Difference(admitted("cpu2", aligned=True, window=80),
                        admitted("cpu2", scale=0.8, window=80)), section=t2),
       Claim("T2-count-low-cpu2", "At least 5 free clients admitted per round (6 aligned "
-            "− 1; CPU-2, spec §6 assertion 4)", "— (spec: 7.05)",
+            "− 1; CPU-2, calibration assertion 4)", "— (calibration: 7.05)",
             AtLeast(admitted("cpu2", window=80), 5.0), section=t2),
       Claim("T2-count-high-cpu2", "At most 8 free clients admitted per round (6 aligned "
-            "+ 2; CPU-2, spec §6 assertion 4)", "— (spec: 7.05)",
+            "+ 2; CPU-2, calibration assertion 4)", "— (calibration: 7.05)",
             AtMost(admitted("cpu2", window=80), 8.0), section=t2),
   ]
 
@@ -235,7 +238,7 @@ def claims():
   out.append(Claim("T6-datasets", "Fig. 6 on FMNIST (6 priority) and EMNIST (9 with E = 3, "
                    "18)", "Fig. 6", not_attempted=GPU, section=t6))
 
-  t7 = "Theory (§3.2, T7): ε and θ̂ (CPU-1)"
+  t7 = "Theory (Section 3.2, Theorem 1): ε and θ̂ (CPU-1)"
   out += [
       Claim("T7-eps0", "ε = 0 is FedAvg on the priority clients (mean test accuracy over "
             "every evaluation)", "θ_T = 1, ρ_T = 0 (Li et al. 2020)",
@@ -243,7 +246,7 @@ def claims():
                        final("cpu1", "prio", window=200), 0.0),
             section=t7),
       Claim("T7-epsinf", "ε above every accuracy gap (1.01) is FedAvg on all clients",
-            "— (spec §6 assertion 7)",
+            "— (calibration assertion 7)",
             Equivalent(final("cpu1", "align_eps1.01", window=200, label="FedALIGN ε = 1.01"),
                        final("cpu1", "all", window=200), 0.0),
             section=t7),
@@ -306,28 +309,33 @@ PAPER = Paper(
     name="fedalign",
     title="FedALIGN: utilizing free clients in federated learning for focused model "
           "enhancement (Ravi & Shomorony)",
-    spec="../shared/specs/004_fedalign.md",
+    source="Aditya Narayan Ravi and Ilan Shomorony, \"Utilizing Free Clients in Federated "
+           "Learning for Focused Model Enhancement\" (the text we read states no venue or "
+           "year); the authors' code: github.com/Adityanarayan96/PrioritizedFL. Our "
+           "reconstruction decisions: [docs/papers/fedalign.md](../../docs/papers/fedalign.md).",
     runs=runs(), claims=claims(), figures=FIGURES,
     intro="""Everything here ran on a 2-core CPU. The paper has no tables: every claim
-is a curve (spec §5 turns them into T1-T7). Its datasets (FMNIST, EMNIST, CIFAR-10) are
+is a curve (we turn them into T1-T7, docs/papers/fedalign.md). Its datasets (FMNIST, EMNIST,
+CIFAR-10) are
 not obtainable offline, so the label-shard benchmarks (Figs. 1, 3-6) run on real MNIST
-with logistic regression, and the spec's CPU-scale experiments (§6 CPU-1, CPU-2) and
-its reconstruction of Fig. 2's noisy free clients (§4.2) run on generated data. With the
+with logistic regression, and our CPU-scale experiments (CPU-1, CPU-2) and
+our reconstruction of Fig. 2's noisy free clients run on generated data. With the
 paper's shards of 500 MNIST is easy for logistic regression, so most MNIST settings use
 shards of 20: priority clients with little data overfit, the mechanism FedALIGN relies on.
 Each seed redraws the data, the priority clients and the priority test mix
 (`--data_per_seed`) and the methods of a setting share them, so differences are paired
 per seed (5 seeds). A run's score is its mean priority test accuracy (%) over the last 10%
-of the rounds (spec §5's final_m); "round 30" is the evaluation 10 rounds after the
+of the rounds (final_m); "round 30" is the evaluation 10 rounds after the
 warm-up.""",
     notes="""Common settings: plain SGD, 5 local steps (3 in Fig. 6's E = 3 panel) of
 batch 32 (10 on generated data), learning rate 0.1, ε = 0.2 on accuracy (0.4 at Fig. 2's
 high noise), strict inequality, each free client scored on all its data, data-size
 weights, 200 rounds (CPU-2 100, Fig. 2 300) with a warm-up of 20 (Fig. 3: none), as the
-spec's §3 defaults. Nothing was tuned: every method uses the paper's ε and learning rate
+paper's defaults (Section 4, App. B). Nothing was tuned: every method uses the paper's ε and
+learning rate
 (the paper chose its rates by a grid search on small data, one rate for all methods).
 
-The margins are the spec's (§6) where it calibrated CPU-1 and CPU-2, 0 elsewhere (an
+The margins are our calibration's where it calibrated CPU-1 and CPU-2, 0 elsewhere (an
 interval above zero suffices for "beats"). Ratios are tested as differences: "≥ 90% of
 the admitted clients are aligned" as aligned − 0.9 × admitted > 0, per seed. "The gain
 is smaller" (T5, T6) compares two seed-paired gains, seed s of one setting with seed s of
@@ -336,14 +344,15 @@ the other (`LargerGap`).
 Fig. 3 uses the authors' 120 shards of 50 (20 per client, so clients share shards);
 Fig. 6's E = 3 panel uses 9 priority clients as the paper's EMNIST panel. The FedProx
 runs use a real proximal gradient (μ = 1); the authors' code computes the term without a
-gradient (spec §7 item 10), so their Fig. 4 is FedAvg with 4 priority clients.
+gradient (docs/papers/fedalign.md), so their Fig. 4 is FedAvg with 4 priority clients.
 
 ε = 0 and ε > 1 are also tested bit for bit on every round by `tests/test_fedalign.py`;
 the T7 rows check it on the committed runs.
 
-Fig. 2's free clients follow the spec's reconstruction of an unpublished generator
-(§4.2), which the spec expected to admit few free clients and to give FedALIGN little over
-Prio (§7 item 11); CPU-2's explicit aligned and misaligned groups are the spec's
+Fig. 2's free clients follow our reconstruction of an unpublished generator
+(docs/papers/fedalign.md), which we expected to admit few free clients and to give FedALIGN little
+over
+Prio; CPU-2's explicit aligned and misaligned groups are our
 controlled version of the same figure. In Fig. 3's setting each client holds 20 of the
 120 shards, so every free client's labels look like the priority clients' and FedALIGN
 admits every free client in every round (admitted.png: its curve is the number of free

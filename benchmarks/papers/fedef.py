@@ -24,7 +24,7 @@ SERVERS = {
     "ams": ("fedams", "fedef_ams", dict(server_lr=1e-3, client_lr=1e-2, server_beta1=0.9,
                                         server_beta2=0.999, server_eps=1e-8)),
 }
-# level -> (error feedback, compressor settings, uplink compression of the MLP, §3.9)
+# level -> (error feedback, compressor settings, uplink compression of the MLP, Section 5's bits)
 LEVELS = {
     "full": (False, dict(compressor="identity"), "1×"),
     "sign": (True, dict(compressor="sign"), "32×"),
@@ -61,7 +61,8 @@ def table_run(p: float, server: str, level: str) -> Run:
 
 
 TOPK = dict(algo="fedef_sgd", compressor="topk", compress_k=0.01)
-# Figure 8 (spec A19): full participation splits the whole training set into 2n shards and
+# Figure 8 (our reading, docs/papers/fedef.md): full participation splits the whole training set
+# into 2n shards and
 # fixes K = 10 local steps of 32; partial participation samples m of n = 200. η = 0.1·√(n or m).
 F8_SIZES = (20, 40, 60, 100)
 F8 = dict(MNIST, **TOPK, local_epochs=0.0, local_steps=10, client_lr=0.1, eval_grad_norm=True)
@@ -70,7 +71,7 @@ F8 = dict(MNIST, **TOPK, local_epochs=0.0, local_steps=10, client_lr=0.1, eval_g
 F9 = dict(MNIST, **TOPK, participation="uniform", clients_per_round=20, server_lr=1.0,
           client_lr=0.1, eval_grad_norm=True, train_eval_examples=0)
 F9_SEEDS = (0, 1, 2, 3, 4)
-# Figure 19 (spec A26): p = 0.5, η = 1, η_l = 0.01.
+# Figure 19 (our reading, docs/papers/fedef.md): p = 0.5, η = 1, η_l = 0.01.
 F19 = dict(MNIST, algo="fedef_sgd", participation="uniform", clients_per_round=100,
            server_lr=1.0, client_lr=0.01)
 F19_LEVELS = ("sign", "topk-0.01", "topk-0.1")
@@ -122,7 +123,8 @@ def paper_gap(values, col) -> str:
   return f"{values[col][0] - values[4][0]:+.2f} pp".replace("-", "−")
 
 
-NO_FMNIST = "Fashion-MNIST is not available offline here (only MNIST is in ../shared/tfds)"
+NO_FMNIST = ("Fashion-MNIST is not available offline here (only MNIST was in the TFDS data "
+             "directory of the runs)")
 CNN = ("the paper's CNN (about 66 MFLOP a training example) is GPU scale: by a FLOP "
        "estimate about an hour per curve of 3 seeds on 2 CPU cores; "
        "benchmarks/configs/fedef/ has its flagfiles")
@@ -144,30 +146,31 @@ def table_claims():
           + ("falls to" if collapse else "reaches") + " the paper's accuracy",
           f"{paper[i][0]:.2f} (±{paper[i][1]:.2f})", test, section=sec))
     full = cell(p, server, "full")
-    if p == 0.5:  # spec R1: every Fed-EF compressor within ~1.5 pp of full precision
+    if p == 0.5:  # R1 (our reading of Tables 2-5): every Fed-EF compressor within
+      # ~1.5 pp of full precision
       for i, col in enumerate(COLUMNS[:3]):
         out.append(Claim(
-            f"T{n}-R1-{col.lower()}", f"Fed-EF {col} matches full precision (spec R1: "
+            f"T{n}-R1-{col.lower()}", f"Fed-EF {col} matches full precision (R1: "
             "within ±1.5 pp at p = 0.5)", paper_gap(paper, i),
             Equivalent(cell(p, server, levels[i]), full, 1.5), section=sec))
-    elif server == "sgd":  # spec R2: within ~0.5 pp at p = 0.1
+    elif server == "sgd":  # R2: within ~0.5 pp at p = 0.1
       for i, col in enumerate(COLUMNS[:3]):
         out.append(Claim(
-            f"T{n}-R2-{col.lower()}", f"Fed-EF {col} matches full precision (spec R2: "
+            f"T{n}-R2-{col.lower()}", f"Fed-EF {col} matches full precision (R2: "
             "within ±0.5 pp at p = 0.1)", paper_gap(paper, i),
             Equivalent(cell(p, server, levels[i]), full, 0.5), section=sec))
-    else:  # spec R3: TopK and Stoc on par; sign-based compressors degrade (hv-Sign)
+    else:  # R3: TopK and Stoc on par; sign-based compressors degrade (hv-Sign)
       for i in (1, 3, 0):
         out.append(Claim(
             f"T{n}-R3-{COLUMNS[i].lower()}", f"{COLUMNS[i]} on par with full precision "
-            "(spec R3: within ±0.5 pp)", paper_gap(paper, i),
+            "(R3: within ±0.5 pp)", paper_gap(paper, i),
             Equivalent(cell(p, server, levels[i]), full, 0.5), section=sec))
       out.append(Claim(
           f"T{n}-R3-hv-sign-degrades", "Sign-based compression degrades under AMSGrad at "
           "p = 0.1: hv-Sign below full precision (full − hv-Sign; margin 1 pp)",
           f"{paper[4][0] - paper[2][0]:+.2f} pp",
           Difference(full, cell(p, server, levels[2]), 1.0), section=sec))
-  sec = "Tables 2-5 across settings (spec R4, R5)"
+  sec = "Tables 2-5 across settings (R4, R5)"
   paper_full = {(p, s): paper[4][0] for p, s, paper, _ in TABLES.values()}
   out += [
       Claim("R4-p0.5", "Full precision: AMSGrad beats SGD at p = 0.5",
@@ -204,7 +207,7 @@ def fig1_claims():
             Difference(full, noef, 10.0), section=f1),
       Claim("F1-downgrade-run", "... for the whole run (mean over rounds 5-100; margin 10 pp)",
             "curves only", Difference(w(full), w(noef), 10.0), section=f1),
-      Claim("F1-ef-fixes", "Error feedback removes the downgrade (spec C1: Sign with EF ≥ "
+      Claim("F1-ef-fixes", "Error feedback removes the downgrade (C1: Sign with EF ≥ "
             "Sign without + 10 pp)", "— (EF is not in Fig. 1)", Difference(ef, noef, 10.0),
             section=f1),
       Claim("F1-ef-recovers", "Error feedback recovers full-precision accuracy at 32× less "
@@ -302,7 +305,7 @@ def figure_claims():
   for level in F19_LEVELS:
     out.append(Claim(
         f"F19-p0.5-{level}", f"Fig. 19: q_A² stays below 1 during training, {level} (the MLP, "
-        "p = 0.5 as the spec reads Fig. 19, η = 1, η_l = 0.01; mean over rounds 1-100)", "< 1",
+        "p = 0.5 as we read Fig. 19, η = 1, η_l = 0.01; mean over rounds 1-100)", "< 1",
         AtMost(q(f"f19_{level}", level), 1.0), section=f19))
   out += [
       Claim("F19-cnn", "Fig. 19 itself: the CNN on MNIST and FMNIST", "curves only",
@@ -312,15 +315,15 @@ def figure_claims():
             not_attempted="a Monte-Carlo simulation of the compressors on synthetic vectors "
             "(1e5 repetitions), not a federated run; not implemented here", section=f19),
   ]
-  other = "Theory-only parts and the spec's own CPU experiment"
+  other = "Theory-only parts and our own CPU experiment"
   out += [
       Claim("S6-two-way", "Section 6: two-way compressed Fed-EF has the one-way rate",
             "theory only", not_attempted="no experiment in the paper; the implementation "
-            "is checked exactly by tests/test_fedef.py (its virtual sequence, spec §8.2)",
+            "is checked exactly by tests/test_fedef.py (its virtual sequence, Section 6)",
             section=other),
-      Claim("spec-C", "Spec §6.2 C1-C5, C7: the spec's digits-like CPU experiment (EF fixes "
+      Claim("spec-C", "C1-C5, C7 of our digits-like CPU experiment, docs/papers/fedef.md (EF fixes "
             "Sign and TopK-0.01, matches full precision, Stoc matches, AMSGrad keeps the "
-            "ordering)", "spec calibration",
+            "ordering)", "our calibration",
             not_attempted="its data (8×8 mean-pooled MNIST, 3,000 examples, 20 clients) is "
             "not a dataset of the runner; checked by the slow test "
             "tests/test_fedef_claims.py; C6 (exact bits) by tests/test_fedef.py and "
@@ -361,10 +364,12 @@ PAPER = Paper(
     name="fedef",
     title="Fed-EF: error feedback for federated learning with biased compression "
           "(Li & Li, analysis of error feedback in federated non-convex optimization)",
-    spec="../shared/specs/001_fedef.md",
+    source="Xiaoyun Li and Ping Li, \"Analysis of Error Feedback in Federated Non-Convex "
+           "Optimization with Biased Compression\" (the text we read states no venue or year). "
+           "Our reconstruction decisions: [docs/papers/fedef.md](../../docs/papers/fedef.md).",
     runs=runs(), claims=tuple(fig1_claims() + table_claims() + figure_claims()),
     figures=figures(),
-    intro="""Everything here ran on a 2-core CPU with real MNIST (`../shared/tfds`).
+    intro="""Everything here ran on a 2-core CPU with real MNIST (TFDS).
 The paper's tables use a CNN (GPU scale here); its MNIST rows are run with the 784-200-10
 MLP of its Figure 1, everything else as the paper: 200 clients with two single-class
 shards each, p = 0.5 or 0.1 of them a round without replacement, one shuffled local epoch
@@ -388,14 +393,15 @@ flagfiles in benchmarks/configs/fedef/ do, so the intervals cover the partition'
 randomness as well as the training's.
 
 **Margins.** A "matches full precision" claim is a paired equivalence test. The
-tolerances are the spec's (§5.2), derived from the paper's own tables before any run:
+tolerances are ours (docs/papers/fedef.md), derived from the paper's own tables before any run:
 ±1.5 pp at p = 0.5 (R1), ±0.5 pp at p = 0.1 (R2, R3). Figure 4's and Figure 1's "reaches
 full-precision accuracy" is, by the paper's selection rule, within 0.1 pp, which three
-seeds cannot resolve; those rows use the tightest tolerance the spec states, ±0.5 pp.
+seeds cannot resolve; those rows use the tightest tolerance we state, ±0.5 pp.
 "Beats" claims have margin 0 (an interval above zero suffices) unless the row states one;
-the catastrophic downgrade of Figure 1 uses the spec's 10 pp (C1).
+the catastrophic downgrade of Figure 1 uses our 10 pp (C1).
 
-**Figures 8 and 9.** Figure 8 follows the spec (A19): with full participation the whole
+**Figures 8 and 9.** Figure 8 follows our reading (docs/papers/fedef.md): with full participation
+the whole
 training set is split into 2n shards for each n, with partial participation m of n = 200
 clients a round; every client runs K = 10 steps of 32 (not an epoch), TopK 0.01 with error
 feedback, η = 0.1·√n or 0.1·√m, η_l = 0.1, 3 seeds a curve (the paper: 20). Its gradient
@@ -408,7 +414,7 @@ two gains, paired per seed. Error restarting is on from round 51 (round index 50
 S = 10 (`--ef_restart_after=10 --ef_restart_from=50`).
 
 **Figure 19.** The paper's Figure 19 is of its CNN; the q_A² row here reads the same
-quantity (the discrepancy of the participants' compressed mean, spec §4.7) from Figure 1's
+quantity (the discrepancy of the participants' compressed mean, App. C) from Figure 1's
 MLP run with error feedback, which has Figure 19's learning rates (full participation), and
-from three runs at p = 0.5 (the spec's reading of Fig. 19, A26) with Sign, TopK 0.01 and
+from three runs at p = 0.5 (our reading of Fig. 19) with Sign, TopK 0.01 and
 TopK 0.1.""")

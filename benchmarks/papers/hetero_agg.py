@@ -1,10 +1,11 @@
 """Loss-aware aggregation (Ben Mansour, Carenini & Duplessis: FedMax, FedMax(k), FedSoftMax):
 its claims, tested at CPU scale.
 
-Runs: the paper's MNIST setting (spec 003 §6: a 10,000-example pool over 50 clients, all
-every round, 50 rounds, 2 local epochs of batch 64, SGD at η_0·0.99^t) with the spec's §8
+Runs: the paper's MNIST setting (§3.1: a 10,000-example pool over 50 clients, all
+every round, 50 rounds, 2 local epochs of batch 64, SGD at η_0·0.99^t) with our
 cheap model (an MLP 784-32-10, η_0 = 0.3) in the three frameworks, the paper's
-temperatures T = 5-30 (Fig. 5) and F_i* estimated instead of 0 (spec A3). FedAvg is
+temperatures T = 5-30 (Fig. 5) and F_i* estimated instead of 0 (docs/papers/hetero_agg.md). FedAvg
+is
 FedSoftMax with β = 0 (α = p, the paper's generalised FedAvg). Every seed has its own
 pool and partition (`--data_per_seed`), which every algorithm of that seed shares with the
 same initial model and minibatch keys, so differences are paired per seed.
@@ -78,7 +79,7 @@ PAPER_R90 = {"tniid": "15.36 → 8.28 rounds (−7.08)", "niid": "13.34 → 10.6
              "iid": "23.06 vs 23.06"}
 PAPER_REL = {"tniid": 0.46, "niid": 0.20}  # (FedAvg − FedSoftMax) / FedAvg in Table 3
 PAPER_SMOOTH = {"tniid": "2.32 vs 1.37", "niid": "1.73 vs 1.34", "iid": "2.77 vs 2.81"}
-GPU = ("the paper's CNN (spec §6.2) over 100 / 38 / 18 runs per row is a GPU job and no "
+GPU = ("the paper's CNN (§3.1, Table 2) over 100 / 38 / 18 runs per row is a GPU job and no "
        "GPU was lent; flagfiles in benchmarks/configs/hetero_agg/")
 
 
@@ -127,7 +128,8 @@ def claims():
       not_attempted="figures: the curves are below (tniid.png, niid.png, iid.png); their "
       "claims are the rows above", section=r9))
 
-  t4 = "Table 4: smoothness std(Δacc)/|mean(Δacc)| over rounds 1-50 (spec A8: higher is rougher)"
+  t4 = ("Table 4: smoothness std(Δacc)/|mean(Δacc)| over rounds 1-50 (our reading: higher "
+        "is rougher)")
   for fw in ("tniid", "niid"):
     out.append(Claim(
         f"T4-{fw}", f"{WHERE[fw]}: FedSoftMax is rougher than FedAvg", PAPER_SMOOTH[fw],
@@ -175,7 +177,7 @@ def claims():
   out.append(Claim(
       "RQ3-limits", "... but α converges to fixed limits, possibly related to F_i*",
       "RQ3 (no numbers)", not_attempted="over 50 rounds a fixed limit cannot be told from a "
-      "slow drift; toy Q3 (spec §9) reproduces fixed limits ≠ p exactly "
+      "slow drift; our quadratic toy Q3 reproduces fixed limits ≠ p exactly "
       "(tests/test_hetero_agg.py)", section=w))
   for fw in ("tniid", "niid"):
     out.append(Claim(
@@ -191,20 +193,21 @@ def claims():
         section=w))
     out.append(Claim(
         f"S-fedmax-{fw}", f"{WHERE[fw]}: FedMax's final accuracy is at least 10 pp below "
-        "FedAvg's (spec §8.4; the paper shows no FedMax run)", "spec: 46-69% vs 94-95% "
+        "FedAvg's (our calibration; the paper shows no FedMax run)",
+        "calibration: 46-69% vs 94-95% "
         "(digits)", Difference(final(fw, "fedavg"), final(fw, "fedmax"), 10.0), section=w))
   out.append(Claim(
       "F7", "Fig. 7: a small group of clients carries the top weights throughout", "heat map",
       not_attempted="a heat map of α per client and round; the report's figures are "
       "seed-mean curves (`--record_alpha` records every α_i for it)", section=w))
 
-  a3 = "Spec A3: F_i* in the weights, 0 or estimated (not in the paper)"
+  a3 = "F_i* in the weights, 0 or estimated (not in the paper)"
   for fw in ("tniid", "niid"):
     run = f"{fw}_softmax_b1_fstar"
     out.append(Claim(
         f"A3-size-{fw}", f"{WHERE[fw]}: F_i* = 0 is nearly exact for this model: the "
         "largest estimated F̂_i*, in thousandths, is at most 50 (0.05)",
-        "spec: exact in the limit",
+        "ours: exact in the limit",
         AtMost(Metric(run, "local_optimum_max", scale=1000.0,
                       label=f"1000 max_i F̂_i*, {fw.upper()}"), 50.0),
         section=a3))
@@ -217,13 +220,13 @@ def claims():
   out += [
       Claim("Th-Q1", "Γ = 0: FedMax is the fastest aggregation (eq. 15); FedSoftMax starts "
             "FedMax-like and tends to FedAvg's rate", "closed form",
-            not_attempted="a closed-form toy, not a run: spec §9 Q1 through the algorithm, "
+            not_attempted="a closed-form toy, not a run: our quadratic Q1 through the algorithm, "
             "every table value to 1e-6 (tests/test_hetero_agg.py)", section=th),
       Claim("Th-Q2", "Γ > 0: FedAvg is unbiased; FedMax, FedMax(k) and FedSoftMax are biased, "
             "more with β (Theorem 3, Corollary 4)", "closed form",
-            not_attempted="a closed-form toy: spec §9 Q2's limits and 2-cycles "
+            not_attempted="a closed-form toy: our quadratic Q2's limits and 2-cycles "
             "(tests/test_hetero_agg.py)", section=th),
-      Claim("Th-rho", "ρ ≡ 1 for FedAvg, ≥ 1 for FedSoftMax, maximal for FedMax (§3.6)",
+      Claim("Th-rho", "ρ ≡ 1 for FedAvg, ≥ 1 for FedSoftMax, maximal for FedMax (from §2.2-2.3)",
             "derived", not_attempted="invariants of the weight functions, checked on random "
             "losses by tests/test_hetero_agg.py", section=th),
       Claim("Th-tight", "§3.2: the experiments tend to prove the bound of Theorem 3 quite "
@@ -263,12 +266,15 @@ PAPER = Paper(
     name="hetero_agg",
     title="Loss-aware aggregation: FedMax, FedMax(k), FedSoftMax vs FedAvg (Ben Mansour, "
           "Carenini & Duplessis, \"Tackling computational heterogeneity in FL\")",
-    spec="../shared/specs/003_hetero_agg.md",
+    source="Adnan Ben Mansour, Gaia Carenini and Alexandre Duplessis, \"Tackling "
+           "Computational Heterogeneity in FL: A Few Theoretical Insights\" (the text we read "
+           "states no venue or year). Our reconstruction decisions: "
+           "[docs/papers/hetero_agg.md](../../docs/papers/hetero_agg.md).",
     runs=runs(), claims=claims(), figures=FIGURES,
     intro="""Everything here ran on a 2-core CPU, on real MNIST. The setting is the paper's
-(spec §6: a seeded pool of 10,000 training examples over 50 clients, all clients every
+(§3.1, Table 2: a seeded pool of 10,000 training examples over 50 clients, all clients every
 round, 50 rounds, 2 local epochs of batch 64, so client i runs τ_i = 2⌈n_i/64⌉ plain SGD
-steps, at η_0·0.99^t; the standard 10k test set after every round) with the spec's §8
+steps, at η_0·0.99^t; the standard 10k test set after every round) with our
 cheap model in place of the paper's CNN: an MLP 784-32-10 at η_0 = 0.3. Frameworks: TNIID
 (`very_noniid`, label shards of 100), NIID (`noniid`, shards of 60) and IID
 (`iid_unbalanced`: the NIID client sizes with the global label mix). ℓ_i = F_i(w_t) is each
@@ -279,17 +285,18 @@ that seed (with the initial model and the minibatch keys), so every difference i
 per seed. R90 counts a seed that never reaches 90% in 50 rounds as 51.""",
     notes="""**The temperature.** The paper writes α ∝ p·exp(ℓ/T), so a higher T is softer
 (closer to FedAvg), yet Fig. 5's text says a higher T converges faster for T in [5, 30]
-and Research Question 4 that a larger T⁻¹ does (spec A5). F5-order and RQ4-speed test the
+and Research Question 4 that a larger T⁻¹ does (docs/papers/hetero_agg.md). F5-order and RQ4-speed
+test the
 two readings literally on the paper's own temperatures; RQ4-further and RQ4-limit go on to
-β = 1 and 2, the spec's values for a mean cross-entropy. With ℓ a mean cross-entropy,
-β = 1/30 .. 1/5 moves α little from p (A5).
+β = 1 and 2, our values for a mean cross-entropy. With ℓ a mean cross-entropy,
+β = 1/30 .. 1/5 moves α little from p.
 
 **Run sizes.** The old script ran 16 runs per FedSoftMax row (2 partition seeds × 8
 seeds) and 4 for FedMax and FedMax(k); here every row has the same 12 seeds, each with its
 own partition (`--data_per_seed`), so every comparison is paired, including FedMax(k)'s.
-The paper's FedSoftMax β is not given (A5); β = 1 is the spec's moderate value, set
+The paper's FedSoftMax β is not given; β = 1 is our moderate value, set
 before the runs. Margins: ±1 round for "no difference" in R90 and ±1 pp in final accuracy
-(spec §8.5's thresholds), ±0.2 in smoothness (half the smallest difference Table 4 calls
+(our calibration's thresholds), ±0.2 in smoothness (half the smallest difference Table 4 calls
 one, NIID's 0.39), the paper's own 46% / 20% for the relative R90 savings, and 0
 elsewhere. Final accuracy is the mean of rounds 46-50.
 
@@ -297,14 +304,14 @@ elsewhere. Final accuracy is the mean of rounds 46-50.
 each client trains alone from the initial model for 500 SGD steps (batch 64, rate 0.3),
 all clients vectorized, and F̂_i* is the lower of its full local loss then and at the
 start. The A3 rows show how large the estimates are and whether subtracting them changes
-R90; the runs' seconds in the table below include the estimate. A3-r90-tniid sits on its
+R90; the runs' seconds in RUNS.md include the estimate. A3-r90-tniid sits on its
 margin: the remake of every run on the natural-data code (a change of the local update
 in the 7th digit, VERIFY.md) moved its interval's upper end from inside ±1 round to 1.02,
 and its verdict from reproduced to not reproduced; TNIID's curves are that sensitive.
 
 **The contradicted rows.** R10-start: FedMax(k=10) starts slower than FedAvg, not
-faster, and stays below it (tniid.png, niid.png); the spec's digits calibration saw the
-same (§8.4(3)). R9-bias: FedSoftMax ends slightly above FedAvg in TNIID (R9-final-tniid),
+faster, and stays below it (tniid.png, niid.png); our digits calibration saw the
+same. R9-bias: FedSoftMax ends slightly above FedAvg in TNIID (R9-final-tniid),
 so no accuracy cost of its bias shows there. F6-iid: in IID, ‖α − p‖₁ rises over the
 first rounds and then stays nearly flat for the 50 rounds (alpha_minus_p.png), with no
 1/t decay at this scale.

@@ -179,8 +179,8 @@ PAPER = Paper(
     name="shakespeare",
     title="Adaptive Federated Optimization (Reddi et al., ICLR 2021) on the built "
           "Shakespeare: FedAvg, FedAdam, FedYogi",
-    spec="Reddi et al., Adaptive Federated Optimization, ICLR 2021 (arXiv 2003.00295), "
-         "Table 1; google-research/federated, optimization/docs/hyperparameters.md",
+    source="Reddi et al., \"Adaptive Federated Optimization\", ICLR 2021 (arXiv:2003.00295), "
+           "Table 1; google-research/federated, optimization/docs/hyperparameters.md.",
     runs=runs(), claims=claims(), figures=FIGURES,
     intro=f"""Everything here runs on a 2-core CPU. The paper's Shakespeare (TFF's, 715 roles,
 a 2 x 256 char LSTM, 1,200 rounds) is out of reach, so its absolute accuracies are not

@@ -57,7 +57,8 @@ SEQUENCE_WORKLOADS = ("w7",)
 # name -> (clients per round m, population N, our rounds per repeat). A repeat of ours
 # lasts about as long as one of FedJAX's (fedjax_workloads.COHORTS: 0.7-1.2 s on a 2-core
 # CPU), so whatever a switch between the two processes costs weighs about the same on
-# both (BUILD_NOTES.md, "Speed": c10 9.4x with 0.25 s blocks of ours, 10.1x and 9.2x with
+# both (docs/performance.md, "Against FedJAX 0.0.17"; c10 9.4x with 0.25 s blocks of ours, 10.1x and
+# 9.2x with
 # 0.75 s blocks, each side alone 10.3x; the spread, not the block length, decides).
 COHORTS = {"c1": (1, 100, 4000), "c10": (10, 100, 1000), "c100": (100, 100, 100),
            "c1000": (1000, 1000, 10)}

@@ -66,7 +66,8 @@ register("fedbuff", fedbuff, ASYNCHRONOUS)
 register("asfedavg", asfedavg, ASYNCHRONOUS)
 register("mifa_async", mifa_async, ASYNCHRONOUS)
 register("sfedavg", sfedavg, ASYNCHRONOUS)
-# Loss-aware aggregation (Ben Mansour, Carenini & Duplessis): weights from the losses at the global model.
+# Loss-aware aggregation (Ben Mansour, Carenini & Duplessis): weights from the losses at the global
+# model.
 register("fedmax", fedmax.fedmax)
 register("fedmax_k", fedmax.fedmax_k)
 register("fedsoftmax", fedmax.fedsoftmax)

@@ -1,7 +1,8 @@
 """AREA, AsynchRonous Exact Averaging (Iakovidou & Kim, 2024), Algorithms 1-2.
 
 Client i keeps y_i, the last model it sent (x0 until its first message); the server
-keeps x_s and an aggregator u. When client j's message arrives (Algorithm 1 with the experiments' aggregation every
+keeps x_s and an aggregator u. When client j's message arrives (Algorithm 1 with the experiments'
+aggregation every
 Δ messages, Section 5.1):
 
   x_loc = LocalSGD(x_recv[j], alpha_recv[j])      P_X after every local step

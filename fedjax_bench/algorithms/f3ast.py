@@ -35,7 +35,7 @@ def select(mask: jax.Array, rates: jax.Array, budget: int) -> jax.Array:
 class Hparams(rounds.Synchronous):
   f3ast_beta: float = setting(1e-3, "Rate of the selection-rate average.", check=UNIT_INTERVAL,
                               sweep=True)
-  f3ast_variant: str = setting("literal", "Aggregation (reconstructed; BUILD_NOTES.md).",
+  f3ast_variant: str = setting("literal", "Aggregation (reconstructed; docs/papers/fedawe.md).",
                                choices=VARIANTS)
   f3ast_budget: int = setting(0, "Train only this many available clients, the least selected "
                               "so far (0: all available).", check=NON_NEGATIVE)

@@ -13,9 +13,11 @@ p_k = D_k / Σ_{i∈P} D_i. Each round r, at the broadcast model w:
 Baselines (Section 4): fedavg_priority admits nobody (FedALIGN at ε = 0);
 fedavg_all_clients admits every free client after the warm-up (ε = ∞); local_model trains
 one free client alone (w ← ClientUpdate(w, data_j)).
-Partial participation (App. A.4, App. C.3): each round a uniform --priority_fraction of P (or K draws
+Partial participation (App. A.4, App. C.3): each round a uniform --priority_fraction of P (or K
+draws
 with replacement ∝ p_k) and a --free_fraction of the free clients (uniform, or Bernoulli).
---compat=authors_code reproduces the released script's server update instead (docs/papers/fedalign.md).
+--compat=authors_code reproduces the released script's server update instead
+(docs/papers/fedalign.md).
 
 Keys: client k's local key depends on (seed, round, k) only, never on the method or on
 who else was admitted, so FedALIGN at ε = 0 is FedAvg on P bit for bit.
@@ -260,7 +262,8 @@ def admitted_name(k: int) -> str:
 
 def _authors_round(task, world, hp, method, cfg, participation, scores, k_p, k_f,
                    free_ids, record, p):
-  """The released fl-priority/main.py (docs/papers/fedalign.md): uniform weights, Δ̄_P applied several
+  """The released fl-priority/main.py (docs/papers/fedalign.md): uniform weights, Δ̄_P applied
+  several
   times, free clients starting from w1 (All) or w2 (FedALIGN), g at w1 against s at w2
   on one minibatch, the warm-up ending a round early, and no proximal gradient."""
   is_p = task.priority

@@ -3,7 +3,8 @@
 Algorithm 1 with loss-aware aggregation weights. Each round t:
   1. observe the cohort I_t (the paper: everyone, --participation=full);
   2. ℓ_i = F_i(w_t) − F_i*: every client's full local loss at the broadcast model, one
-     vectorized pass, less F_i* (our reading, docs/papers/hetero_agg.md): 0 (--local_optimum=zero), or estimated once
+     vectorized pass, less F_i* (our reading, docs/papers/hetero_agg.md): 0 (--local_optimum=zero),
+     or estimated once
      before round 1 by training each client alone (--local_optimum=estimate,
      core/local_optimum.py);
   3. α = WEIGHTS[strategy](ℓ, p), p_i = n_i / Σ_{j∈I_t} n_j:
@@ -35,7 +36,8 @@ from fedjax_bench.sim.world import World
 @section("loss-aware aggregation")
 class Hparams(rounds.Synchronous):
   alpha_floor: float = setting(0.0, "alpha <- (1 - eps) alpha + eps p, so every client keeps at "
-                               "least eps of its p (the paper's eq. (16)-(19)).", check=PROBABILITY, sweep=True)
+                               "least eps of its p (the paper's eq. (16)-(19)).",
+                               check=PROBABILITY, sweep=True)
   record_alpha: bool = setting(False, "Report every client's aggregation weight each round "
                                "(metrics alpha_0000, alpha_0001, ...).")
   local_optimum: str = setting("zero", "F_i* in the loss gap l_i = F_i(w_t) - F_i* that the "

@@ -1,4 +1,5 @@
-"""FedVARP (Jhunjhunwala et al., UAI 2022) as in the FedAWE paper's code (github.com/mingxiang12/FedAWE).
+"""FedVARP (Jhunjhunwala et al., UAI 2022) as in the FedAWE paper's code
+(github.com/mingxiang12/FedAWE).
 
 A SAGA-style control variate: the server remembers y_i, each client's latest update
 (0 at first), and their mean ybar.

@@ -1,5 +1,6 @@
 """S-FedAvg, synchronous FedAvg with partial participation (McMahan et al., 2017), timed by
-the asynchronous world's clock (McMahan et al.'s FedAvg as the AREA paper's S-FedAvg; our rounds, docs/papers/area.md). One engine round is one
+the asynchronous world's clock (McMahan et al.'s FedAvg as the AREA paper's S-FedAvg; our rounds,
+docs/papers/area.md). One engine round is one
 synchronous round:
 
   S = Delta clients drawn uniformly without replacement

@@ -374,8 +374,9 @@ def smoothness(acc: np.ndarray) -> np.ndarray:
 
 @dataclasses.dataclass(frozen=True)
 class Smoothness(Metric):
-  """Per-seed smoothness of a run's curve (the loss-aware aggregation paper's Table 4, spec
-  003 A8): std(Δ)/|mean(Δ)| of the changes Δ between consecutive evaluations from round
+  """Per-seed smoothness of a run's curve (the loss-aware aggregation paper's Table 4, as we
+  read its smoothness value, docs/papers/hetero_agg.md): std(Δ)/|mean(Δ)| of the changes Δ between
+  consecutive evaluations from round
   ``start`` on, population std (higher is rougher)."""
   start: int = 1
 

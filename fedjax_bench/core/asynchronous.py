@@ -1,5 +1,6 @@
 """The mechanics every asynchronous algorithm shares (the AREA paper's Algorithms 1-2 and
-our within-event order, docs/papers/area.md), so that an algorithm module is its ingest and aggregation.
+our within-event order, docs/papers/area.md), so that an algorithm module is its ingest and
+aggregation.
 
 One `round` is one server event from the world's clock: client j's message or, with
 Poisson aggregation, an aggregation event. A message from client j at time t_k:
@@ -177,7 +178,8 @@ def unscaled(loss, weight):
 
 
 def data_weights(task, hp: Hparams) -> jax.Array:
-  """[n] float32 scale of client i's loss: w_i = s_i / S ("data_weight", the AREA paper's §5.1) or 1."""
+  """[n] float32 scale of client i's loss: w_i = s_i / S ("data_weight", the AREA
+  paper's §5.1) or 1."""
   scale = hp.grad_scale
   counts = jnp.asarray(task.counts, jnp.float32)
   return counts / jnp.sum(counts) if scale == "data_weight" else jnp.ones_like(counts)

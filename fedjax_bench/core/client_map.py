@@ -8,7 +8,7 @@ import jax.numpy as jnp
 from fedjax_bench.core import aggregate
 from fedjax_bench.core.cohort import client_axis, rows_like
 
-CPU_CLIENT_WIDTH = 4  # measured best for the MLP on a 2-core CPU (BUILD_NOTES.md, "Speed")
+CPU_CLIENT_WIDTH = 4  # measured best for the MLP on a 2-core CPU (docs/performance.md)
 
 
 def resolve_width(width: int, convolutional: bool = False) -> int:
@@ -17,7 +17,7 @@ def resolve_width(width: int, convolutional: bool = False) -> int:
 
   XLA:CPU turns vmapped convolutions with per-client weights into grouped convolutions
   that run slower than one client at a time: a batch-32 step of the MNIST CNN takes
-  52 ms alone and 642 ms for 4 clients vmapped (BUILD_NOTES, "Speed")."""
+  52 ms alone and 642 ms for 4 clients vmapped (docs/performance.md, "Convolutions on CPU")."""
   if width >= 0:
     return width
   if jax.default_backend() != "cpu":

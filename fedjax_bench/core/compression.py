@@ -2,7 +2,8 @@
 its exact bit cost (the client-to-server bits of Section 5).
 
 A compressor maps an update pytree to a pytree of the same structure, shapes and dtypes.
-It works on *groups* (Definition 1's groups; our reading, docs/papers/fedef.md): by default one group per parameter tensor, so a layer's
+It works on *groups* (Definition 1's groups; our reading, docs/papers/fedef.md): by default one
+group per parameter tensor, so a layer's
 kernel and bias are compressed independently. `grouping="layer"` joins the leaves whose key
 paths differ only in their last entry (a module's kernel and bias); `"global"` makes the
 whole tree one group.
@@ -75,7 +76,8 @@ def _group_sizes(tree, grouping: str) -> list[int]:
 
 
 def num_kept(k: float, d: int) -> int:
-  """k_i = max(1, floor(k d_i)) (TopK, Section 3.1); the float product is nudged so 0.29·100 gives 29."""
+  """k_i = max(1, floor(k d_i)) (TopK, Section 3.1); the float product is nudged so 0.29·100
+  gives 29."""
   return max(1, min(d, math.floor(k * d + 1e-9)))
 
 
@@ -85,7 +87,8 @@ def dense_bits(tree, float_bits: int = 32) -> int:
 
 
 def discrepancy(compressed_tree, tree) -> jax.Array:
-  """‖C(x) − x‖² / ‖x‖² over the whole tree (q² of Definition 1, q_A² of App. C on means); 0/0 = 0."""
+  """‖C(x) − x‖² / ‖x‖² over the whole tree (q² of Definition 1, q_A² of App. C on
+  means); 0/0 = 0."""
   num = sum(jnp.sum(jnp.square(c.astype(jnp.float32) - x.astype(jnp.float32)))
             for c, x in zip(jax.tree.leaves(compressed_tree), jax.tree.leaves(tree)))
   den = sum(jnp.sum(jnp.square(x.astype(jnp.float32))) for x in jax.tree.leaves(tree))
@@ -268,7 +271,8 @@ def make(name: str, *, k: float = 0.01, stoc_bits: int = 4, stoc_norm: str = "la
     def group_bits(d):
       return num_kept(k, d) + fb + idx_bits(d)
     def group_q2(d):
-      # support: our reading of Definition 2. group: ‖C(x) − x‖² = ‖x‖² − (‖x_S‖₁²/d)(2 − k_i/d), and
+      # support: our reading of Definition 2. group: ‖C(x) − x‖² = ‖x‖² − (‖x_S‖₁²/d)(2 − k_i/d),
+      # and
       # ‖x_S‖₁² ≥ ‖x_S‖² ≥ (k_i/d)‖x‖² give 1 − k_i/d² (Prop. 3.2's 1 − k/d_i, floored).
       return 1 - 1 / d if hvsign_scaling == "support" else 1 - num_kept(k, d) / d ** 2
   else:  # stoc

@@ -59,7 +59,8 @@ WEIGHTS = {"fedavg": fedavg, "uniform": uniform, "fedmax": fedmax, "fedmax_k": f
 
 
 def floor_mix(alpha, p, eps):
-  """(1 − ε) α + ε p: the κ-family floor of the paper's eq. (16)-(19) (κ_i ≥ ε), with p renormalised."""
+  """(1 − ε) α + ε p: the κ-family floor of the paper's eq. (16)-(19) (κ_i ≥ ε), with p
+  renormalised."""
   return (1.0 - eps) * alpha + eps * p / jnp.sum(p)
 
 

@@ -4,7 +4,7 @@ Local training's shuffled epochs (`local.batch_positions`) fix B consecutive slo
 permutation per step: for j = 0..B-1, swap perm[a_j] with perm[b_j], where a_j are
 increasing and b_j >= a_j. Done as a loop, that is B dependent iterations of a few small
 ops each, every local step, every round: for a cohort of 10 logistic-regression clients on
-CPU most of a round's fixed cost (BUILD_NOTES, "Speed and scale"). The same swaps resolve
+CPU most of a round's fixed cost (docs/performance.md, "Small cohorts"). The same swaps resolve
 in parallel: slot a_j is final after swap j (later swaps touch only later slots), and the
 value a swap moves comes from the latest earlier swap that wrote its position, a chain
 followed by pointer jumping in ceil(log2 B) gathers. Integers in, the same integers out.

@@ -3,7 +3,8 @@
 * ``synthetic``: LEAF/FedProx Synthetic(synthetic_alpha, synthetic_beta), one user per
   client (the natural split; partition must be "natural" or "iid", which mean the
   same here), generated with ``partition_seed``.
-* ``toyfl``: the Gaussian mixture of our FedAWE CPU experiment (docs/papers/fedawe.md) (``toyfl.gaussian_mixture``),
+* ``toyfl``: the Gaussian mixture of our FedAWE CPU experiment (docs/papers/fedawe.md)
+(``toyfl.gaussian_mixture``),
   partitioned by ``partition`` (default dirichlet); data seed ``partition_seed + 1000``.
 * ``mnist``, ``svhn``, ``cifar10`` (TFDS) and ``cinic10`` (image folders): the train
   split partitioned by ``partition`` (default iid; see ``PARTITIONS``), the test split

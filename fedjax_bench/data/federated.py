@@ -95,7 +95,8 @@ class Dataset:
   normalize_std: tuple[float, ...] | None = None
   # Training-time augmentation, one of augment.AUGMENTATIONS: "none", "crop", "crop_flip".
   augmentation: str = "none"
-  # Prioritized FL (FedALIGN, Ravi & Shomorony): [num_clients] bool, the clients the objective counts, and
+  # Prioritized FL (FedALIGN, Ravi & Shomorony): [num_clients] bool, the clients the objective
+  # counts, and
   # the free clients a diagnostic calls aligned with them (data/priority.py). None: no roles.
   priority: np.ndarray | None = None
   aligned: np.ndarray | None = None

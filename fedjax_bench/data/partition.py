@@ -113,7 +113,8 @@ def _pool(n: int, pool_size: int, rng: np.random.Generator) -> np.ndarray:
 
 def unbalanced_shards(labels: np.ndarray, num_clients: int, shard_size: int, seed: int,
                       pool_size: int = 10000) -> list[np.ndarray]:
-  """The paper's §3.1 ("Synthetic Data"): the pool sorted by label (stable) and cut into contiguous shards of
+  """The paper's §3.1 ("Synthetic Data"): the pool sorted by label (stable) and cut into contiguous
+  shards of
   ``shard_size`` (the remainder dropped); a random permutation gives every client one
   shard, and the other shards go to uniformly random clients (unbalanced n_i)."""
   labels, _ = _check_labels(labels, num_clients, None)

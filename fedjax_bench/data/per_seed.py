@@ -8,7 +8,8 @@ single-seed run with ``--partition_seed=partition_seed + s``. Distinct seeds get
 distinct data seeds, and a seed's data seed depends on nothing else (not on the other
 seeds of the run, the grid or the devices). With the default ``--partition_seed=0`` the
 data seed is the seed itself, as in the FedAWE authors' code and our FedAWE CPU experiment ("data
-seed = run seed", docs/papers/fedawe.md); a run with ``--partition_seed=P`` uses data seeds P, P+1, ..., so two
+seed = run seed", docs/papers/fedawe.md); a run with ``--partition_seed=P`` uses data seeds P, P+1,
+..., so two
 runs whose seed ranges overlap after the shift share those seeds' data.
 
 The examples are stored once: for a fixed dataset (MNIST, CIFAR-10, ...) the pool is

@@ -1,4 +1,5 @@
-"""Generated data for prioritized FL (FedALIGN's Fig. 2 and our CPU experiments, docs/papers/fedalign.md): priority clients first,
+"""Generated data for prioritized FL (FedALIGN's Fig. 2 and our CPU experiments,
+docs/papers/fedalign.md): priority clients first,
 then free clients, each free client tagged aligned or not. No download.
 
 * ``gaussmix_shards`` (CPU-1, after Fig. 1): Gaussian class clusters cut into single-class shards.

@@ -1,4 +1,5 @@
-"""The LEAF / FedProx Synthetic(alpha, beta) generator (Li et al., FedProx, MLSys 2020; the FedALIGN paper's Section 4, Fig. 2)."""
+"""The LEAF / FedProx Synthetic(alpha, beta) generator (Li et al., FedProx, MLSys 2020;
+the FedALIGN paper's Section 4, Fig. 2)."""
 
 import numpy as np
 

@@ -1,4 +1,5 @@
-"""The CPU toy of our FedAWE reproduction (docs/papers/fedawe.md): a 10-class Gaussian mixture in 32 dimensions."""
+"""The CPU toy of our FedAWE reproduction (docs/papers/fedawe.md): a 10-class Gaussian
+mixture in 32 dimensions."""
 
 import numpy as np
 

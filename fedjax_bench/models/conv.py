@@ -3,7 +3,7 @@
 Inside a `lax.scan` (local steps, rounds), XLA:CPU folds the transposes of a convolution's
 backward pass into the convolution's dimension numbers and then runs the weight and
 input gradients on a slow generic path: a batch-32 gradient of a 5x5, 32->64 convolution
-takes 13 ms alone and 231 ms as a scan step (BUILD_NOTES.md, "Speed"). Here the
+takes 13 ms alone and 231 ms as a scan step (docs/performance.md, "Convolutions on CPU"). Here the
 backward pass is written out as two convolutions in the canonical NHWC/HWIO layout,
 with the transposes explicit, which the fast path takes: 12.5 ms per scan step, the
 same numbers. (Upstream: jax-ml/jax#12868, "Convolution is significantly slower inside a

@@ -45,7 +45,7 @@ class DenseOI(nn.Module):
 
   With the default init, the same function and initialization as nn.Dense; the layout
   makes the weight gradient of a small batch, sum_b g[b,o] x[b,i], a dot XLA:CPU runs
-  1.6x faster in local training (BUILD_NOTES.md, "Speed").
+  1.6x faster in local training (docs/performance.md, "Kernels stored [out, in]").
   """
   features: int
   init: str = "lecun_normal"  # one of DENSE_INITS

@@ -93,7 +93,8 @@ def _fresh_delays(rates, law, shape):
 
 def renewal(rates, delay: str = "exponential", *, shape: float | None = None,
             agg_rate=None) -> Clock:
-  """Independent renewal clocks (our event-trace simulation, docs/papers/area.md): the next event is the earliest
+  """Independent renewal clocks (our event-trace simulation, docs/papers/area.md): the next event is
+  the earliest
   pending tick; only that clock draws a fresh delay. ``agg_rate`` (lambda_s, may be
   traced) adds an exponential aggregation clock as outcome n."""
   shape = DEFAULT_SHAPE.get(delay, 1.0) if shape is None else shape
@@ -126,7 +127,8 @@ def renewal(rates, delay: str = "exponential", *, shape: float | None = None,
 
 
 def superposition(rates, *, agg_rate=None) -> Clock:
-  """Exponential clocks only (the same trace by superposition, docs/papers/area.md): gaps ~ Exp(sum lambda), outcome ~
+  """Exponential clocks only (the same trace by superposition, docs/papers/area.md): gaps ~ Exp(sum
+  lambda), outcome ~
   Categorical(lambda / sum lambda); same law as `renewal` with exponential delays.
   The state is the current time."""
   rates = jnp.asarray(rates, jnp.float32)
@@ -164,6 +166,7 @@ def scripted(clients, times, num_clients: int, *, has_aggregation: bool = False)
 
 def round_duration(clock: Clock, key, ids) -> jax.Array:
   """A synchronous round over ``ids`` ends when its slowest client is done: the max of
-  fresh delays (our S-FedAvg rounds, docs/papers/area.md; by memorylessness the same as waiting for each sampled
+  fresh delays (our S-FedAvg rounds, docs/papers/area.md; by memorylessness the same as waiting for
+  each sampled
   client's next tick under exponential clocks)."""
   return jnp.max(clock.delays(key, ids))

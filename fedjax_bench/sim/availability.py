@@ -4,7 +4,8 @@ and Appendix J.3).
 Base probabilities are data-correlated, p_i = <nu_i, phi> (Appendix J.3). The factored
 dynamics (stationary, staircase, sine, interleaved sine) give
 p_i^t = clip_[0,1](max(p_i, p_min) f(t)) and a fresh Bernoulli draw per client per
-round (Appendix J.3 and the authors' code). Markov and cyclic availability (from IBM/fedau, not in the
+round (Appendix J.3 and the authors' code). Markov and cyclic availability (from IBM/fedau, not in
+the
 FedAWE paper) carry a per-client state. Every model is a `Participation`.
 """
 
@@ -23,7 +24,8 @@ PHI_MODES = ("paper", "stress")
 DYNAMICS = ("stationary", "staircase", "sine", "interleaved_sine", "markov", "cyclic")
 _FACTORED = DYNAMICS[:4]
 
-# Interleaved sine cuts a client iff p_i f(t) < delta0 in exact arithmetic (our reading, docs/papers/fedawe.md).
+# Interleaved sine cuts a client iff p_i f(t) < delta0 in exact arithmetic (our reading,
+# docs/papers/fedawe.md).
 # Float64 rounding puts some exact ties a hair below delta0 (0.25 * (0.7 - 0.3)
 # = 0.09999999999999999), so ties within this relative tolerance count as kept.
 _CUT_RTOL = 1e-9

@@ -18,11 +18,11 @@ class WorldSettings:
   cohort_cap: int = setting(0, "Static cohort size for bernoulli participation and "
                             "availability (0: mean + 7 std).", check=NON_NEGATIVE)
   availability: str = setting("off", "Client availability: each client is available with its "
-                              "own probability p_i^t = p_i * f(t) (the FedAWE paper's Section 7 and Appendix J.3); off: "
+                              "own probability p_i^t = p_i * f(t) (the FedAWE paper's App. J.3); off: "
                               "--participation decides.",
                               choices=("off", *DYNAMICS))
   availability_probs: str = setting("data", "Base p_i: data = <label histogram of client i, "
-                                    "phi> (FedAWE paper, Appendix J.3); constant = --availability_p for every "
+                                    "phi> (FedAWE, App. J.3); constant = --availability_p for every "
                                     "client (the paper's Example 2).",
                                     choices=("data", "constant"))
   availability_phi: str = setting("paper", "Class weights phi of the data-correlated p_i: "

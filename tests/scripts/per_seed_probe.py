@@ -17,7 +17,7 @@ from fedjax_bench import engine, experiment  # noqa: E402
 # toyfl (generated per seed, pooled, with per-seed test sets) and data-correlated sine
 # availability (phi per seed). Few local steps, as engine_probe.py: with ~27 steps a round
 # (--local_epochs=1) one parameter differed by 2.8e-6 relative between 1 and 4 devices,
-# the engine's vmapped-versus-unvmapped rounding (BUILD_NOTES.md, "Determinism").
+# the engine's vmapped-versus-unvmapped rounding (docs/design.md, "Devices and reproducibility").
 CONFIG = dict(algo="fedavg", dataset="toyfl", model="logreg", num_clients=12, alpha=0.3,
               partition_seed=3, availability="sine", availability_period=4, local_steps=3,
               batch_size=16, client_lr=0.1, train_eval_examples=0, data_per_seed=True)
