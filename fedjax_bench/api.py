@@ -24,7 +24,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from fedjax_bench import checkpoint, compile_cache, config as config_lib, flags, results
-from fedjax_bench import host_devices, settings
+from fedjax_bench import host_devices, paper_defaults, settings
 from fedjax_bench import console
 from fedjax_bench.config import Config
 from fedjax_bench.errors import UsageError
@@ -191,6 +191,9 @@ def _execute(cfg: Config, seeds: list[int], grid: list[dict], progress: bool, ar
           f"{report['mean_classes_per_client']:.1f} classes/client), {cfg.model.model}, "
           f"seeds {seeds}{per_seed}, {host_devices.describe(devices)}",
           flush=True)
+    if cfg.preset:
+      print(console.preset_line(paper_defaults.preset_name(cfg.algo, cfg.data.dataset),
+                                cfg.preset), flush=True)
     if grid:
       print(f"sweep: {len(grid)} grid points x {console.count(len(seeds), 'seed')} = "
             f"{len(grid) * len(seeds)} runs in one program", flush=True)
@@ -201,6 +204,7 @@ def _execute(cfg: Config, seeds: list[int], grid: list[dict], progress: bool, ar
                 "argv": list(argv if argv is not None else sys.argv),
                 "started": datetime.datetime.now().isoformat(timespec="seconds"),
                 "fingerprint": fingerprint,
+                "preset": dict(cfg.preset),
                 "data_digest": digest,
                 "environment": results.environment_info(),
                 "layout": host_devices.describe(devices),

@@ -38,6 +38,9 @@ class Config:
   hparams: Any = None  # the algorithm's Hparams (None: its defaults)
   # The names the user gave (the rest are defaults); not part of what the run computes.
   given: frozenset = frozenset()
+  # ((name, value), ...) that a paper's setting (`paper_defaults`) set because the user did
+  # not give them: announced by the command line, recorded in config.json.
+  preset: tuple = ()
   # Made by `resolve` (papers' defaults applied, checked); a Config built by hand is
   # completed by `complete` before it runs.
   resolved: bool = False
@@ -89,8 +92,10 @@ def resolve(values: Mapping[str, Any] | None = None, *, seeds=(0,), **kwargs) ->
   flat = {"algo": algo, **{n: s.default for n, s in own.items()}}
   flat.update({n: own[n].convert(v) for n, v in values.items()})
   given = frozenset(values)
+  declared = dict(flat)
   flat = paper_defaults.with_defaults(flat, given, seeds=seeds)
-  cfg = _build(flat, given)
+  preset = tuple((n, v) for n, v in flat.items() if n not in given and v != declared.get(n))
+  cfg = _build(flat, given, preset)
   _check(cfg, algorithm)
   top = max(seeds, default=0)
   if cfg.data.data_per_seed and cfg.data.partition_seed + top > SEED_LIMITS[1]:
@@ -99,11 +104,11 @@ def resolve(values: Mapping[str, Any] | None = None, *, seeds=(0,), **kwargs) ->
   return cfg
 
 
-def _build(flat: dict, given: frozenset) -> Config:
+def _build(flat: dict, given: frozenset, preset: tuple = ()) -> Config:
   algo = flat["algo"]
   parts = {field: _section(cls, flat) for field, cls in SECTIONS.items()}
   return Config(algo=algo, hparams=_section(algorithms.get(algo).Hparams, flat), given=given,
-                resolved=True, **parts)
+                preset=preset, resolved=True, **parts)
 
 
 def _section(cls, flat: dict):
@@ -131,7 +136,8 @@ def replace(cfg: Config, **values) -> Config:
       raise UsageError(f"unknown setting {name!r} for --algo={cfg.algo}; "
                        f"{settings.closest(name, own)}")
     flat[name] = own[name].convert(value)
-  return _build(flat, cfg.given | frozenset(values))
+  preset = tuple((n, v) for n, v in cfg.preset if n not in values)
+  return _build(flat, cfg.given | frozenset(values), preset)
 
 
 def _check(cfg: Config, algorithm) -> None:

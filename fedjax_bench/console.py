@@ -112,3 +112,10 @@ def report_divergence(bad: list, runs: int, out) -> None:
       "results up to the divergence are in the result"
   sys.stderr.write(f"error: {len(bad)} of {runs} runs diverged (non-finite parameters or loss): "
                    f"{shown}; {rest}{where}\n")
+
+
+def preset_line(name: str | None, preset) -> str:
+  """The line that says which paper setting a run takes and what it sets: a flag given
+  overrides any of them."""
+  values = " ".join(f"--{n}={v}" for n, v in preset)
+  return f"{name or 'the paper setting'} sets {values} (a flag given overrides it)"

@@ -72,6 +72,19 @@ def with_defaults(cfg: dict, given, seeds=(0,)) -> dict:
   return cfg
 
 
+def preset_name(algo: str, dataset: str) -> str | None:
+  """The paper setting `with_defaults` takes for ``algo`` on ``dataset``, by name, or None."""
+  kind = algorithms.get(algo).kind
+  if algo in HETERO_AGG_ALGOS and dataset in HETERO_AGG_DEFAULTS:
+    return (f"the loss-aware aggregation paper's {dataset} setting (Ben Mansour et al., "
+            "Section 3.1)")
+  if kind == algorithms.PRIORITIZED:
+    return "FedALIGN's protocol (Ravi & Shomorony, Section 4 and App. B)"
+  if kind == algorithms.ASYNCHRONOUS and dataset in ASYNC_DEFAULTS:
+    return f"AREA's {dataset} setting (Iakovidou & Kim, Section 5.1)"
+  return None
+
+
 def rounds_for_horizon(cfg: dict, seeds=(0,)) -> int:
   """Engine steps that cover --sim_time with room to spare (steps past it are no-ops):
   events of rate sum(lambda) (+ lambda_s), or synchronous rounds of mean length
