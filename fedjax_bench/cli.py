@@ -27,7 +27,11 @@ FLAGS = flags.FLAGS
 def parse_argv(argv: Sequence[str]) -> list[str]:
   """absl's parser, but a bad flag is one line and exit status 2, not a usage dump."""
   try:
+    flags.import_modules(argv)
     return FLAGS(argv)
+  except UsageError as e:
+    sys.stderr.write(f"error: {e}\n")
+    sys.exit(2)
   except absl_flags.Error as e:
     sys.stderr.write(f"error: {e}\n")
     sys.exit(2)

@@ -20,7 +20,7 @@ from fedjax_bench.errors import UsageError
 FLAGS = flags.FLAGS
 _PREFIX = "fedjax_bench"
 # Flags that are not settings of a run: what to run, not how.
-RUN_ONLY = ("algo", "seeds", "sweep")
+RUN_ONLY = ("algo", "seeds", "sweep", "import")
 ALIASES = {"toyfl_phi": "availability_phi"}
 # `keys.root` keys a seed as 32 bits: seed 2**32 would be seed 0 again.
 MAX_SEED = 2**32 - 1
@@ -133,6 +133,11 @@ def _define_all() -> None:
                             "seeds: NAME:V1,V2,... (repeat the flag for a product grid), e.g. "
                             "--sweep=client_lr:0.01,0.03,0.1. Scalars that do not shape arrays "
                             "(learning rates, epsilon, mu, beta, ...).", module_name=run)
+  flags.DEFINE_multi_string("import", [], "A module of your own to import before the flags "
+                            "are read (a dotted name importable from the current directory, or "
+                            "a .py file): the algorithms it registers "
+                            "(fedjax_bench.algorithms.register) become --algo values with "
+                            "flags of their own. Repeat for several.", module_name=run)
   for spec, readers in declarations().values():
     _define(spec, readers)
   for alias, name in ALIASES.items():
@@ -284,3 +289,36 @@ def markdown() -> str:
 if __name__ == "__main__":
   with open("docs/FLAGS.md", "w") as f:
     f.write(markdown())
+
+
+def import_modules(argv: Sequence[str]) -> None:
+  """Imports the modules named by ``--import`` in ``argv`` (before absl reads the flags, so
+  that what they register has flags): a dotted name, importable from the current
+  directory, or a path to a .py file. A module that fails to import is one line."""
+  import importlib
+  import importlib.util
+  import os
+  names = []
+  for i, arg in enumerate(argv):
+    if arg.startswith("--import="):
+      names.append(arg.split("=", 1)[1])
+    elif arg == "--import" and i + 1 < len(argv):
+      names.append(argv[i + 1])
+  for name in names:
+    try:
+      if name.endswith(".py"):
+        spec = importlib.util.spec_from_file_location(
+            os.path.splitext(os.path.basename(name))[0], name)
+        if spec is None or not os.path.isfile(name):
+          raise ImportError(f"no file {name}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)
+      else:
+        if os.getcwd() not in sys.path:
+          sys.path.append(os.getcwd())
+        importlib.import_module(name)
+    except UsageError:
+      raise
+    except Exception as e:  # noqa: BLE001 (any failure of the user's module is one line)
+      raise UsageError(f"--import={name}: {type(e).__name__}: {e}") from None
