@@ -13,6 +13,8 @@
       # same numbers takes the rerun's record (the current code's hashes); --remake:
       # every stale run takes its rerun's record and the report is regenerated
 
+(`python -m benchmarks.claims ...` from the repository root is the same.)
+
 A paper is declared in benchmarks/papers/PAPER.py: its runs (settings, seeds) and its
 claims (the paper's statement and number, the test that gives the verdict). Runs are
 cached in results/PAPER/runs/, one JSON file each, with the key of their configuration
@@ -30,16 +32,19 @@ says which reports to regenerate.
 import os
 import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
-sys.path.insert(0, HERE)
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if not __package__:
+  # Run as a file, Python puts benchmarks/ first on sys.path; the repository root takes its
+  # place, so that `benchmarks.papers` and this checkout's `fedjax_bench` import, as with
+  # `python -m benchmarks.claims` from the root.
+  sys.path[0] = ROOT
 
 from absl import flags  # noqa: E402
 
 from fedjax_bench import cli, results  # noqa: E402
 from fedjax_bench.claims import paper as paper_lib, store  # noqa: E402
 from fedjax_bench.errors import UsageError  # noqa: E402
-import papers  # noqa: E402  (benchmarks/papers/)
+from benchmarks import papers  # noqa: E402
 
 flags.DEFINE_bool("check", False, "Fail if a committed report file (REPORT.md, VERDICTS.md, "
                   "RUNS.md) differs from what its committed runs produce, or a run is missing "
@@ -69,7 +74,7 @@ flags.DEFINE_bool("remake", False, "With --verify: every committed run made on "
 flags.DEFINE_string("verify_dir", "", "With --verify: keep the reruns in VERIFY_DIR/PAPER/ "
                     "instead of a temporary directory; an interrupted verification started "
                     "again reuses the reruns there that are fresh.")
-flags.DEFINE_string("results_dir", os.path.join(os.path.dirname(HERE), "results"),
+flags.DEFINE_string("results_dir", os.path.join(ROOT, "results"),
                     "Where results/PAPER/ lives.")
 FLAGS = flags.FLAGS
 

@@ -1,9 +1,14 @@
-"""python benchmarks/run.py --algo=fedavg --dataset=mnist [flags]; --helpfull lists them."""
+"""python benchmarks/run.py --algo=fedavg --dataset=mnist [flags]; --helpfull lists them.
+(`python -m benchmarks.run` is the same.)"""
 
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if not __package__:
+  # Run as a file, Python puts benchmarks/ first on sys.path; the repository root takes its
+  # place, so that this checkout's `fedjax_bench` is the one imported (an installed copy
+  # otherwise could be), as with `python -m benchmarks.run` from the root.
+  sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 from absl import app  # noqa: E402
 

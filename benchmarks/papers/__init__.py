@@ -1,6 +1,6 @@
 """The papers whose claims `benchmarks/claims.py` checks, each declared in its module."""
 
-from papers import area, baselines, fedalign, fedawe, fedef, hetero_agg, shakespeare
+from benchmarks.papers import area, baselines, fedalign, fedawe, fedef, hetero_agg, shakespeare
 
 PAPERS = {p.name: p for p in (fedawe.PAPER, fedef.PAPER, area.PAPER, hetero_agg.PAPER,
                               fedalign.PAPER, baselines.PAPER, shakespeare.PAPER)}

@@ -5,11 +5,14 @@ examples in their feature shape (images as float32 in [0, 1], NHWC). ``train=Tru
 only matters for models with dropout (cnn_cinic10, cnn_mnist), which then need a "dropout" rng.
 ``linear`` is a linear map without bias and with zero initial weights, for least-squares
 toys (``loss_type="squared_error"``, ``num_classes`` = the number of outputs, 1 there).
-Sequence models (``BUILDERS``: char_lstm) read token ids (`data.federated.is_tokens`); their
-modules are imported only when chosen.
+Sequence models (``Model.tokens``: char_lstm) read token ids (`data.federated.is_tokens`);
+their modules are imported only when chosen. Every model is one `register` line below, as
+every algorithm is in `fedjax_bench.algorithms`.
 """
 
+import dataclasses
 import importlib
+from typing import Callable
 
 from flax import linen as nn
 
@@ -22,13 +25,54 @@ from fedjax_bench.models.mnist_cnn import MnistCNN
 from fedjax_bench.models.paper_cnn import PaperCNN
 from fedjax_bench.models.preprocess import as_normalize
 
-MODELS = ("logreg", "mlp", "cnn") + tuple(small_cnn.CONFIGS) + ("cnn_mnist", "linear")
-MODELS += ("paper_cnn", "paper_cnn_literal")  # the FedSoftMax paper's (its §3.1, Table 2)
-# Models built by their own module: name -> "module:function", called as
-# function(num_classes=, dataset=, settings=) (settings: the run's ModelSettings or None).
-BUILDERS = {"char_lstm": "fedjax_bench.models.char_lstm:build"}
-MODELS += tuple(BUILDERS)
-_WITH_BIAS_OPTION = ("logreg", "linear")
+
+@dataclasses.dataclass(frozen=True)
+class Model:
+  """A model by name: ``build(num_classes, **options)`` -> an ``nn.Module``, and what it
+  takes. ``build`` gets ``normalize`` (unless ``normalizes`` is False), ``mlp_hidden`` (if
+  ``hidden``), ``zero_init`` and ``bias`` (if it takes them); a token model gets
+  ``dataset`` and ``settings`` instead, and is built by ``"module:function"`` (imported
+  only when chosen)."""
+  name: str
+  build: Callable | str
+  image: bool = False       # needs image data
+  tokens: bool = False      # reads token ids (`data.federated.is_tokens`)
+  zero_init: bool = False   # takes --zero_init
+  bias: bool = False        # takes the bias option
+  normalizes: bool = True   # takes the dataset's input normalization
+  hidden: bool = False      # reads --mlp_hidden
+
+
+MODELS_BY_NAME: dict[str, Model] = {}
+
+
+def register(name: str, build, **capabilities) -> Model:
+  """Makes ``build`` the model ``--model=name`` (see `Model` for ``capabilities``)."""
+  if name in MODELS_BY_NAME:
+    raise ValueError(f"model {name!r} is registered twice")
+  MODELS_BY_NAME[name] = Model(name, build, **capabilities)
+  return MODELS_BY_NAME[name]
+
+
+register("logreg", lambda n, normalize, zero_init, bias: LogReg(
+    n, zero_init=zero_init, normalize=normalize, bias=True if bias is None else bias),
+         zero_init=True, bias=True)
+register("mlp", lambda n, normalize, mlp_hidden: MLP(tuple(mlp_hidden), n, normalize=normalize),
+         hidden=True)
+register("cnn", lambda n, normalize: CNN(n, normalize=normalize), image=True)
+for _name in small_cnn.CONFIGS:
+  register(_name, lambda n, normalize, _name=_name: small_cnn.make(_name, n, normalize),
+           image=True)
+register("cnn_mnist", lambda n, normalize: MnistCNN(n, normalize=normalize), image=True)
+register("linear", lambda n, zero_init, bias: Linear(n, bias=bool(bias)), zero_init=True,
+         bias=True, normalizes=False)
+# The FedSoftMax paper's CNN (its §3.1, Table 2).
+register("paper_cnn", lambda n, normalize: PaperCNN(n, hidden_fc=0, normalize=normalize),
+         image=True)
+register("paper_cnn_literal", lambda n, normalize: PaperCNN(n, hidden_fc=1600,
+                                                            normalize=normalize), image=True)
+register("char_lstm", "fedjax_bench.models.char_lstm:build", tokens=True, normalizes=False)
+MODELS = tuple(MODELS_BY_NAME)  # the valid --model values
 
 
 def make(name: str, *, num_classes: int, is_image: bool,
@@ -39,46 +83,40 @@ def make(name: str, *, num_classes: int, is_image: bool,
   (a dataset's ``normalize``). ``zero_init``: all-zero initial weights, logreg only
   (linear always starts at zero). ``bias``: logreg and linear only; None keeps the
   model's default (logreg: with bias, linear: without). ``dataset``, ``settings``: the
-  run's Dataset and ModelSettings, which the models of ``BUILDERS`` read (and which say
-  whether the examples are token ids, which only those models take)."""
-  tokens = dataset is not None and is_tokens(dataset.train.x)
-  if name in BUILDERS:
+  run's Dataset and ModelSettings, which the token models read (and which say whether
+  the examples are token ids, which only those models take)."""
+  model = MODELS_BY_NAME.get(name)
+  if model is None:
+    raise UsageError(f"unknown --model={name!r}; valid: {', '.join(MODELS)}")
+  if model.tokens:
     if zero_init or bias is not None or normalize is not None:
       raise UsageError(f"--model={name} takes no zero init, bias option or input "
                        "normalization")
-    module, _, function = BUILDERS[name].partition(":")
+    module, _, function = model.build.partition(":")
     return getattr(importlib.import_module(module), function)(
         num_classes=num_classes, dataset=dataset, settings=settings)
-  if tokens:
+  if dataset is not None and is_tokens(dataset.train.x):
+    tokens = ", ".join(m.name for m in MODELS_BY_NAME.values() if m.tokens)
     raise UsageError(f"--dataset={dataset.name} holds token sequences; its model is one of "
-                     f"{', '.join(BUILDERS)}, not --model={name}")
+                     f"{tokens}, not --model={name}")
   norm = _normalize(normalize)
-  if zero_init and name not in ("logreg", "linear"):
+  if zero_init and not model.zero_init:
     raise UsageError(f"zero init applies to --model=logreg only, not {name!r}")
-  if bias is not None and name not in _WITH_BIAS_OPTION:
+  if bias is not None and not model.bias:
     raise UsageError(f"the bias option applies to --model=logreg or linear only, not {name!r}")
-  if name == "logreg":
-    return LogReg(num_classes, zero_init=zero_init, normalize=norm,
-                  bias=True if bias is None else bias)
-  if name == "linear":
-    if norm is not None:
-      raise UsageError("--model=linear takes no input normalization")
-    return Linear(num_classes, bias=bool(bias))
-  if name == "mlp":
-    return MLP(tuple(mlp_hidden), num_classes, normalize=norm)
-  if name in MODELS:
-    if not is_image:
-      raise UsageError(f"--model={name} needs image data; for this dataset use "
-                       "--model=logreg or --model=mlp")
-    if name == "cnn":
-      return CNN(num_classes, normalize=norm)
-    if name == "cnn_mnist":
-      return MnistCNN(num_classes, normalize=norm)
-    if name in ("paper_cnn", "paper_cnn_literal"):
-      return PaperCNN(num_classes, hidden_fc=1600 if name.endswith("literal") else 0,
-                      normalize=norm)
-    return small_cnn.make(name, num_classes, norm)
-  raise UsageError(f"unknown --model={name!r}; valid: {', '.join(MODELS)}")
+  if norm is not None and not model.normalizes:
+    raise UsageError(f"--model={name} takes no input normalization")
+  if model.image and not is_image:
+    raise UsageError(f"--model={name} needs image data; for this dataset use "
+                     "--model=logreg or --model=mlp")
+  options = {"normalize": norm} if model.normalizes else {}
+  if model.hidden:
+    options["mlp_hidden"] = mlp_hidden
+  if model.zero_init:
+    options["zero_init"] = zero_init
+  if model.bias:
+    options["bias"] = bias
+  return model.build(num_classes, **options)
 
 
 def _normalize(normalize) -> tuple | None:

@@ -1,6 +1,6 @@
 """How fast can logistic-regression local training be with XLA's dots alone?
 
-  python benchmarks/dot_ceiling.py [--batch=32] [--clients=4] [--steps=10]
+  python -m benchmarks.speed.dot_ceiling [--batch=32] [--clients=4] [--steps=10]
 
 Times local SGD steps that are nothing but the two products of a softmax-regression step
 (logits = x W^T, then W -= lr * g^T x with g = logits: no input conversion, softmax,
@@ -11,10 +11,8 @@ against the per-client loop cannot beat that bound over the loop's rate.
 """
 
 import os
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=1")
 
 from absl import app  # noqa: E402

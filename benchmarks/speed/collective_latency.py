@@ -1,6 +1,6 @@
 """What one collective costs between the host's CPU devices, inside a jitted loop.
 
-  python benchmarks/collective_latency.py
+  python -m benchmarks.speed.collective_latency
 
 Each of 1,000 loop iterations runs a psum (or all-gather, ppermute) over the mesh's
 devices, against the same loop without one; prints microseconds per iteration. On a
@@ -9,11 +9,9 @@ devices pays at least once (docs/performance.md, "Small cohorts").
 """
 
 import os
-import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from fedjax_bench import host_devices  # noqa: E402
+from fedjax_bench import host_devices
 
 host_devices.use_all_cores()
 
@@ -21,6 +19,8 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from jax.sharding import Mesh, PartitionSpec as P  # noqa: E402
+
+from benchmarks.speed import harness  # noqa: E402
 
 ITERATIONS = 1000
 
@@ -34,7 +34,7 @@ def per_iteration_us(body, x, mesh) -> float:
     t0 = time.perf_counter()
     f(x).block_until_ready()
     times.append((time.perf_counter() - t0) / ITERATIONS * 1e6)
-  return float(np.median(times))
+  return harness.median(times)
 
 
 def main():

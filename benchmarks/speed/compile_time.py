@@ -3,7 +3,7 @@ run three times in one invocation, in fresh processes: cache off, cache on and e
 first run of a configuration), cache on and filled (every later run). Prints each run's
 compile seconds (summary.json) and wall seconds, and the ratios against the first.
 
-    python benchmarks/compile_time.py [-- run.py flags]   (default: the default job)
+    python -m benchmarks.speed.compile_time [-- run.py flags]   (default: the default job)
 """
 
 import json
@@ -13,7 +13,7 @@ import sys
 import tempfile
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def one(flags, out, cache):

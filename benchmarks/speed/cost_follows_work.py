@@ -1,9 +1,9 @@
 """Does a round cost what its clients' work costs? Padding rows and unequal local steps.
 
-  PYTHONPATH=. python benchmarks/cost_follows_work.py [--repeats=5] [--output_dir=results/speed]
+  python -m benchmarks.speed.cost_follows_work [--repeats=5] [--output_dir=results/speed]
 
 FedAvg (server SGD at lr 1, uniform weights), logistic regression on MNIST-shaped data
-(benchmarks/workloads.py), per-round time of pairs of worlds, each ratio against its
+(benchmarks/speed/workloads.py), per-round time of pairs of worlds, each ratio against its
 baseline measured in the same invocation:
 
   bernoulli   Bernoulli p = 0.1 over 1,000 clients (a cohort slab of cap = 168 rows, about
@@ -22,26 +22,21 @@ own timing) alternate and share the machine's load. One untimed warm-up block pe
 """
 
 import argparse
-import os
-import statistics
-import sys
 import threading
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from fedjax_bench import host_devices  # noqa: E402
+from fedjax_bench import host_devices
 
 host_devices.use_all_cores()
 
 import numpy as np  # noqa: E402
 
-from fedjax_bench import engine, results  # noqa: E402
+from benchmarks.speed import harness, workloads  # noqa: E402
+from fedjax_bench import engine  # noqa: E402
 from fedjax_bench.algorithms import fedavg  # noqa: E402
 from fedjax_bench.core import client_map  # noqa: E402
 from fedjax_bench.data.federated import Dataset, FederatedData  # noqa: E402
 from fedjax_bench.sim import availability, participation, world as world_lib  # noqa: E402
-import workloads  # noqa: E402  (benchmarks/, on sys.path as the script's directory)
 
 TARGET = 1.3
 TEST_EXAMPLES = 1000
@@ -174,15 +169,13 @@ def interleaved(task, hp, worlds: dict, rounds: int, repeats: int) -> dict:
 
 def main(argv=None):
   args = parse(argv)
-  env = {**results.environment_info(), "cpu_count": os.cpu_count(),
-         "client_width": client_map.resolve_width(args.client_width),
-         "loadavg_before": os.getloadavg()}
+  env = harness.environment(client_width=client_map.resolve_width(args.client_width))
   rows = []
   for name, (rounds, hp, task, worlds, base) in pairs(args).items():
     print(f"[{name}] {' vs '.join(worlds)}: {args.repeats} interleaved blocks of {rounds} "
           "rounds ...", flush=True)
     seconds = interleaved(task, hp, worlds, rounds, args.repeats)
-    per_round = {s: {k: statistics.median(v) / rounds for k, v in t.items()}
+    per_round = {s: {k: harness.median(v) / rounds for k, v in t.items()}
                  for s, t in seconds.items()}
     for side in worlds:
       if side == base:
@@ -203,40 +196,35 @@ def main(argv=None):
       print(f"  {side}: {row['seconds_per_round'] * 1e3:.1f} ms/round, {base}: "
             f"{row['baseline_seconds_per_round'] * 1e3:.1f} ms/round, ratio "
             f"{row['ratio']:.2f}x (CPU time: {row['cpu_ratio']:.2f}x)", flush=True)
-  env["loadavg_after"] = os.getloadavg()
-  os.makedirs(args.output_dir, exist_ok=True)
   config = {"repeats": args.repeats, "statistic": "median",
             "examples_per_client": args.examples_per_client, "model": "logreg",
             "algorithm": "fedavg"}
-  results.atomic_write_json(os.path.join(args.output_dir, "cost_follows_work.json"),
-                            {"config": config, "environment": env, "results": rows})
-  results.atomic_write_text(os.path.join(args.output_dir, "cost_follows_work.md"),
-                            markdown(rows, env, args))
-  print(f"wrote {args.output_dir}/cost_follows_work.json and .md")
+  record = {"config": config, "environment": harness.finish(env), "results": rows}
+  paths = harness.write(args.output_dir, "cost_follows_work", record, markdown(record))
+  print(f"wrote {' and '.join(paths)}")
 
 
-def markdown(rows, env, args) -> str:
+def markdown(record) -> str:
+  rows, env = record["results"], record["environment"]
   lines = ["# Cost follows work: padding rows and unequal local steps", "",
            "FedAvg, logistic regression on MNIST-shaped data; seconds per round (a block of "
            "rounds and one evaluation, divided by the rounds), median of "
-           f"{args.repeats} blocks per side, the two sides' blocks interleaved "
-           "(`benchmarks/cost_follows_work.py`). The target is on the wall-clock ratio; the "
+           f"{record['config']['repeats']} blocks per side, the two sides' blocks interleaved "
+           "(`python -m benchmarks.speed.cost_follows_work`). The target is on the wall-clock ratio; the "
            "CPU-time ratio (the process's CPU seconds over the same blocks) is less "
            "disturbed by other jobs on the machine.", "",
            "| pair | side | ms/round | baseline | ms/round | ratio | CPU-time ratio | target "
            "| met? |",
            "|---|---|---:|---|---:|---:|---:|---:|:---:|"]
   for r in rows:
-    target = "—" if r["target"] is None else f"{r['target']:g}x"
-    met = "—" if r["met"] is None else ("yes" if r["met"] else "no")
+    target, met = harness.target_cells(r["target"], r["met"])
     lines.append(f"| {r['pair']} | {r['side']} (cap {r['cap']}, max steps {r['max_steps']}) "
                  f"| {r['seconds_per_round'] * 1e3:.1f} | {r['baseline']} "
                  f"| {r['baseline_seconds_per_round'] * 1e3:.1f} | {r['ratio']:.2f}x "
                  f"| {r['cpu_ratio']:.2f}x "
                  f"| {target} | {met} |")
   lines += ["", f"Clients trained {env['client_width']} at a time (0 = the whole cohort "
-            f"vmapped); devices {env['devices']}, jax {env['jax']}; 1-minute load average "
-            f"{env['loadavg_before'][0]:.2f} before, {env['loadavg_after'][0]:.2f} after.", ""]
+            "vmapped).", "", harness.machine(env), ""]
   return "\n".join(lines)
 
 

@@ -1,6 +1,6 @@
 """The memory model of every algorithm, measured from state shapes.
 
-  python benchmarks/memory_model.py [--output=results/speed/memory_model.md]
+  python -m benchmarks.speed.memory_model [--output=results/speed/memory_model.md]
 
 For each algorithm, the persistent state of one run (server + clients, `jax.eval_shape` of
 `init`, nothing allocated) is measured at two population sizes n and two model sizes d
@@ -11,18 +11,13 @@ working set; `core/memory.estimate` adds those, and the command line checks the 
 against the device before it starts.
 """
 
-import os
-import sys
+from absl import app
+from absl import flags
+import jax
+import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from absl import app  # noqa: E402
-from absl import flags  # noqa: E402
-import jax  # noqa: E402
-import numpy as np  # noqa: E402
-
-from fedjax_bench import algorithms, config, data, experiment, results  # noqa: E402
-from fedjax_bench.core import memory  # noqa: E402
+from fedjax_bench import algorithms, config, data, experiment, results
+from fedjax_bench.core import memory
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("output", "results/speed/memory_model.md", "The markdown table.")
@@ -65,7 +60,7 @@ def main(argv):
   lines = ["# Memory model: persistent state of one run", "",
            "S(n, d) = a + b·n + c·d + e·n·d bytes for n clients and d parameters, fitted "
            "exactly from `jax.eval_shape` of each algorithm's `init` "
-           "(`benchmarks/memory_model.py`). Multiply by the runs a device holds (seeds × grid "
+           "(`python -m benchmarks.speed.memory_model`). Multiply by the runs a device holds (seeds × grid "
            "points / devices); add the data and the round's working set (`core/memory.py`).",
            "", "| algorithm | bytes per client per parameter (e) | bytes per client (b) | "
            "server bytes per parameter (c) |", "|---|---:|---:|---:|"]

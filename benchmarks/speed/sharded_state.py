@@ -1,7 +1,7 @@
 """Client states sharded over the "clients" mesh axis against replicated, in one invocation.
 
-  python benchmarks/sharded_state.py [--num_clients=10000] [--devices=4] [--repeats=3]
-                                     [--output_dir=results/speed]
+  python -m benchmarks.speed.sharded_state [--num_clients=10000] [--devices=4] [--repeats=3]
+                                           [--output_dir=results/speed]
 
 MIFA (memory [N, d]) over N clients on `--devices` forced host CPU devices and one run, so
 the engine's mesh is ("runs": 1, "clients": devices). Each side runs `--repeats` times,
@@ -12,13 +12,11 @@ and sharded_state.md under --output_dir.
 """
 
 import os
-import statistics
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from absl import app
+from absl import flags
 
-from absl import app  # noqa: E402
-from absl import flags  # noqa: E402
+from benchmarks.speed import harness
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("num_clients", 10_000, "Population N.")
@@ -63,9 +61,8 @@ def main(argv):
                                f"{FLAGS.devices}").strip()
   os.environ.setdefault("JAX_PLATFORMS", "cpu")
   import jax
-  from fedjax_bench import engine, results
-  env = {**results.environment_info(), "cpu_count": os.cpu_count(),
-         "loadavg_before": os.getloadavg()}
+  from fedjax_bench import engine
+  env = harness.environment()
   build, task, hp = setup(FLAGS.num_clients)
   sides = {"sharded": [], "replicated": []}
   state_bytes = {}
@@ -78,41 +75,38 @@ def main(argv):
       state_bytes[side] = device0_bytes(out.state[1])
       print(f"{side}: {sides[side][-1] * 1e3:.1f} ms/round, client state on device 0: "
             f"{state_bytes[side] / 2**20:.1f} MiB", flush=True)
-  env["loadavg_after"] = os.getloadavg()
-  per_round = {s: statistics.median(v) for s, v in sides.items()}
+  harness.finish(env)
+  per_round = {s: harness.median(v) for s, v in sides.items()}
   row = {"num_clients": FLAGS.num_clients, "devices": jax.device_count(),
          "params": sum(a.size for a in jax.tree.leaves(task.init_params(
              jax.random.PRNGKey(0)))),
          "client_state_bytes_per_device": state_bytes, "seconds_per_round": per_round,
          "seconds_per_round_all": sides,
          "memory_ratio": state_bytes["sharded"] / state_bytes["replicated"],
-         "time_ratio": per_round["sharded"] / per_round["replicated"]}
-  os.makedirs(FLAGS.output_dir, exist_ok=True)
-  results.atomic_write_json(os.path.join(FLAGS.output_dir, "sharded_state.json"),
-                            {"environment": env, "rounds": FLAGS.rounds,
-                             "repeats": FLAGS.repeats, "result": row})
-  md = markdown(row, env)
-  results.atomic_write_text(os.path.join(FLAGS.output_dir, "sharded_state.md"), md)
-  print(md)
+         "time_ratio": per_round["sharded"] / per_round["replicated"],
+         "clients_per_round": FLAGS.clients_per_round}
+  record = {"environment": env, "rounds": FLAGS.rounds, "repeats": FLAGS.repeats,
+            "result": row}
+  harness.write(FLAGS.output_dir, "sharded_state", record, markdown(record))
+  print(markdown(record))
   return 0
 
 
-def markdown(r, env) -> str:
+def markdown(record) -> str:
+  r, env = record["result"], record["environment"]
   mib = lambda b: f"{b / 2**20:.1f} MiB"
   b, t = r["client_state_bytes_per_device"], r["seconds_per_round"]
   return "\n".join([
       "# Client state sharded over the clients axis against replicated", "",
       f"MIFA, {r['num_clients']:,} clients, MLP 60-{HIDDEN}-10 ({r['params']:,} parameters), "
-      f"{FLAGS.clients_per_round} clients a round, {LOCAL_STEPS} local steps; one run on "
+      f"{r.get('clients_per_round', FLAGS['clients_per_round'].default)} clients a round, {LOCAL_STEPS} local steps; one run on "
       f"{r['devices']} CPU devices (mesh runs 1 x clients {r['devices']}).", "",
       "| client state | bytes on one device | s/round (median) |", "|---|---:|---:|",
       f"| replicated | {mib(b['replicated'])} | {t['replicated']:.4f} |",
       f"| sharded | {mib(b['sharded'])} | {t['sharded']:.4f} |",
       f"| ratio | {r['memory_ratio']:.3f} | {r['time_ratio']:.2f}x |", "",
-      f"Median of {FLAGS.repeats} runs of {FLAGS.rounds} rounds per side, interleaved, one "
-      f"process. Machine: {env['cpu_count']} CPUs, jax {env['jax']}, {env['platform']}; "
-      f"1-minute load average {env['loadavg_before'][0]:.2f} before, "
-      f"{env['loadavg_after'][0]:.2f} after.", ""])
+      f"Median of {record['repeats']} runs of {record['rounds']} rounds per side, "
+      "interleaved, one process.", "", harness.machine(env), ""])
 
 
 if __name__ == "__main__":

@@ -2,11 +2,11 @@
 time budget for saves (--checkpoint_max_share), and with a save after every evaluation
 (max_share 0), in one invocation.
 
-  python benchmarks/checkpoint_cost.py [--algos=fedawe,mifa,fedvarp,fedavg] [--rounds=40]
-                                       [--local_steps=1,10]
+  python -m benchmarks.speed.checkpoint_cost [--algos=fedawe,mifa,fedvarp,fedavg] [--rounds=40]
+                                             [--local_steps=1,10]
 
 fedawe, mifa and fedvarp keep O(m d) client state ([num_clients, d]); they run as W4 of
-benchmarks/scale.py (logistic regression on LEAF Synthetic(1, 1) generated on demand,
+benchmarks/speed/scale.py (logistic regression on LEAF Synthetic(1, 1) generated on demand,
 10,000 clients available with probability 0.1). fedavg (no client state) runs on 100
 clients, all available, as a reference point. Each side of a pair runs in the same
 process after one untimed warm-up run (data); per side: the wall seconds of `engine.run`
@@ -15,14 +15,13 @@ of one checkpoint file. Writes results/speed/checkpoint_cost.{json,md}.
 """
 
 import os
-import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from absl import app
+from absl import flags
 
-from absl import app  # noqa: E402
-from absl import flags  # noqa: E402
+from benchmarks.speed import harness
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("algos", ["fedawe", "mifa", "fedvarp", "fedavg"], "Algorithms to measure.")
@@ -99,11 +98,10 @@ def measure(algo: str, local_steps: int) -> dict:
 
 def main(argv):
   del argv
-  from fedjax_bench import engine, results
-  bad = [a for a in FLAGS.algos if a not in ALGOS]
-  if bad:
-    sys.stderr.write(f"error: unknown --algos {bad}; valid: {', '.join(ALGOS)}\n")
+  from fedjax_bench import engine
+  if harness.unknown("algos", FLAGS.algos, ALGOS):
     return 2
+  env = harness.environment()
   share = engine.Checkpointing("").max_share
   print(f"{FLAGS.rounds} rounds, an evaluation every {FLAGS.eval_every}; no checkpoints "
         f"against a save at every evaluation and the default budget (max_share {share})")
@@ -122,20 +120,16 @@ def main(argv):
               f"{d['share']:.1%} | {d['saves']} |")
       lines.append(line)
       print(line, flush=True)
-  env = {**results.environment_info(), "loadavg": os.getloadavg()}
-  os.makedirs(FLAGS.output_dir, exist_ok=True)
-  results.atomic_write_json(os.path.join(FLAGS.output_dir, "checkpoint_cost.json"),
-                            {"max_share": share, "rounds": FLAGS.rounds,
-                             "eval_every": FLAGS.eval_every, "rows": rows, "environment": env})
+  harness.finish(env)
   md = ["# Checkpoint cost", "",
-        f"`python benchmarks/checkpoint_cost.py`: {FLAGS.rounds} rounds, an evaluation every "
-        f"{FLAGS.eval_every}, one seed; each configuration without checkpoints, with a save at "
-        f"every evaluation (`--checkpoint_max_share=0`) and with the default budget "
+        f"`python -m benchmarks.speed.checkpoint_cost`: {FLAGS.rounds} rounds, an evaluation "
+        f"every {FLAGS.eval_every}, one seed; each configuration without checkpoints, with a "
+        f"save at every evaluation (`--checkpoint_max_share=0`) and with the default budget "
         f"({share}). Share = seconds in saves / seconds of the run (compilation excluded).", "",
-        *lines, "", f"Machine: {os.cpu_count()} CPUs, jax {env.get('jax')}; 1-minute load "
-        f"average {env['loadavg'][0]:.2f} at the end."]
-  results.atomic_write_text(os.path.join(FLAGS.output_dir, "checkpoint_cost.md"),
-                            "\n".join(md) + "\n")
+        *lines, "", harness.machine(env)]
+  harness.write(FLAGS.output_dir, "checkpoint_cost",
+                {"max_share": share, "rounds": FLAGS.rounds, "eval_every": FLAGS.eval_every,
+                 "rows": rows, "environment": env}, "\n".join(md))
   return 0
 
 

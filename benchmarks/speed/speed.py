@@ -1,8 +1,8 @@
 """Speed of vectorized FedAvg against a per-client Python loop (the FedJAX way).
 
-  python benchmarks/speed.py [--workloads=w1,w2,w3,logreg32] [--rounds=0] [--repeats=5]
-                             [--output_dir=results/speed]
-  python benchmarks/speed.py --workloads=w1,w2,w3,logreg32,w7   (W7 is not in the default)
+  python -m benchmarks.speed.speed [--workloads=w1,w2,w3,logreg32] [--rounds=0] [--repeats=5]
+                                   [--output_dir=results/speed]
+  python -m benchmarks.speed.speed --workloads=w1,w2,w3,logreg32,w7   (W7 is not in the default)
 
 Workloads (logreg32: the foundation's batch-32 target): FedAvg on MNIST-shaped generated data, 100
 clients x 600 examples, full participation (100 clients per round), 10 local SGD steps,
@@ -41,15 +41,10 @@ every device at once).
 """
 
 import os
-import resource
-import statistics
-import sys
 import time
 from typing import Callable, Optional
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from fedjax_bench import host_devices  # noqa: E402
+from fedjax_bench import host_devices
 
 host_devices.use_all_cores()
 
@@ -60,14 +55,13 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import optax  # noqa: E402
 
-from fedjax_bench import engine, results  # noqa: E402
+from benchmarks.speed import harness, workloads  # noqa: E402
 from fedjax_bench.algorithms import fedavg  # noqa: E402
 from fedjax_bench.core import client_map  # noqa: E402
 from fedjax_bench.core import task as task_lib  # noqa: E402
 from fedjax_bench.data import text  # noqa: E402
 from fedjax_bench.data.federated import Dataset, FederatedData  # noqa: E402
 from fedjax_bench.models import char_lstm  # noqa: E402
-import workloads  # noqa: E402  (benchmarks/, on sys.path as the script's directory)
 from fedjax_bench.sim import participation, world as world_lib  # noqa: E402
 
 NUM_CLIENTS = 100
@@ -143,19 +137,10 @@ def time_vectorized(task: task_lib.Task, sampling: str, rounds: int, repeats: in
   hp = {"client_lr": CLIENT_LR, "server_lr": 1.0, "batch_size": batch,
         "sampling": sampling, "weighting": "uniform", "server_opt": "sgd",
         "client_width": FLAGS.client_width}
-  elapsed = []  # cumulative engine-measured seconds after each block
-
-  def on_eval(progress: engine.Progress):
-    elapsed.append(progress.round / progress.rounds_per_second)
-    if between is not None and len(elapsed) > 1:
-      between()
-
-  out = engine.run(lambda h: fedavg.build(task, world, h), task, hp, seeds=[seed],
-                   rounds=rounds * (repeats + 1), eval_every=rounds, on_eval=on_eval)
-  seconds = np.diff(elapsed).tolist()
-  return {"seconds": seconds, "warmup_block_seconds": elapsed[0],
-          "compile_seconds": out.timing["compile_seconds"],
-          "final_client_loss": float(out.history.metrics["client_loss"][-1].mean())}
+  timing = harness.blocks(lambda h: fedavg.build(task, world, h), task, hp, [seed], rounds,
+                          repeats, between)
+  out = timing.pop("output")
+  return {**timing, "final_client_loss": float(out.history.metrics["client_loss"][-1].mean())}
 
 
 # ---------------------------------------------------------------------------
@@ -228,9 +213,9 @@ class LoopTimer:
 
 def summarize(timing: dict, rounds: int, clients: int = NUM_CLIENTS) -> dict:
   rates = [client_steps_per_second(rounds, s, clients) for s in timing["seconds"]]
-  return {**timing, "client_steps_per_second": statistics.median(rates),
+  return {**timing, "client_steps_per_second": harness.median(rates),
           "best_client_steps_per_second": max(rates),
-          "rounds_per_second": rounds / statistics.median(timing["seconds"])}
+          "rounds_per_second": rounds / harness.median(timing["seconds"])}
 
 
 def matmul_flops_per_second(n: int = 1024, seconds: float = 1.0) -> float:
@@ -280,10 +265,6 @@ def lstm_step_flops(batch: int, hidden: int = LSTM_HIDDEN, seq_len: int = text.S
   return 3.0 * forward
 
 
-def peak_rss_mib() -> float:
-  return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
 def measure(name: str, rounds: int, repeats: int, seed: int, peak_flops: float) -> dict:
   model_name, batch, target, _, clients = WORKLOADS[name]
   dataset, task = workload_task(name, seed)
@@ -310,7 +291,7 @@ def measure(name: str, rounds: int, repeats: int, seed: int, peak_flops: float) 
                                   else step_flops(task, batch))
   row["achieved_flops_per_second"] = row["flops_per_client_step"] * vec
   row["matmul_fraction"] = row["achieved_flops_per_second"] / peak_flops
-  row["peak_rss_mib_after"] = peak_rss_mib()
+  row["peak_rss_mib_after"] = harness.peak_rss_mib()
   return row
 
 
@@ -321,8 +302,7 @@ def table(rows: list[dict]) -> str:
            "|---|---|---:|---:|---:|---:|---:|---:|:---:|---:|---:|---:|"]
   for r in rows:
     v = r["vectorized_replacement"]
-    target = "—" if r["target"] is None else f"{r['target']:g}x"
-    met = "—" if r["met"] is None else ("yes" if r["met"] else "no")
+    target, met = harness.target_cells(r["target"], r["met"])
     lines.append(
         f"| {r['workload']} | {r['model']}, {r['batch_size']} | {r['clients_per_round']} | "
         f"{v['client_steps_per_second']:,.0f} | {v['rounds_per_second']:.2f} "
@@ -351,9 +331,7 @@ def markdown(rows: list[dict], env: dict) -> str:
       table(rows), "", *extra, "",
       f"Vectorized side: clients trained {env['client_width']} at a time "
       "(`--client_width`; 0 = the whole cohort vmapped).", "",
-      f"Machine: {env['cpu_count']} CPUs ({env.get('cpu_model', '?')}), devices "
-      f"{env['devices']}, jax {env['jax']}, {env['platform']}; 1-minute load average "
-      f"{env['loadavg_before'][0]:.2f} before, {env['loadavg_after'][0]:.2f} after.", ""])
+      harness.machine(env), ""])
 
 
 def w7_note(row: dict) -> str:
@@ -370,41 +348,25 @@ def w7_note(row: dict) -> str:
 
 def main(argv):
   del argv
-  unknown = [w for w in FLAGS.workloads if w not in WORKLOADS]
-  if unknown:
-    sys.stderr.write(f"error: unknown --workloads {unknown}; valid: {', '.join(WORKLOADS)}\n")
+  if harness.unknown("workloads", FLAGS.workloads, list(WORKLOADS)):
     return 2
-  env = {**results.environment_info(), "cpu_count": os.cpu_count(),
-         "xla_flags": os.environ.get("XLA_FLAGS", ""), "loadavg_before": os.getloadavg(),
-         "client_width": client_map.resolve_width(FLAGS.client_width)}
-  env["cpu_model"] = cpu_model()
+  env = harness.environment(xla_flags=os.environ.get("XLA_FLAGS", ""),
+                            client_width=client_map.resolve_width(FLAGS.client_width))
   peak = matmul_flops_per_second()
   env["matmul_gflops"] = peak / 1e9
   print(f"matmul throughput: {peak / 1e9:.0f} GFLOP/s", flush=True)
   rows = [measure(w, FLAGS.rounds or WORKLOADS[w][3], FLAGS.repeats, FLAGS.seed, peak)
           for w in FLAGS.workloads]
-  env["loadavg_after"] = os.getloadavg()
+  harness.finish(env)
   print(table(rows))
-  os.makedirs(FLAGS.output_dir, exist_ok=True)
   config = {"clients_per_round": {w: WORKLOADS[w][4] for w in FLAGS.workloads},
             "examples_per_client": EXAMPLES_PER_CLIENT, "local_steps": LOCAL_STEPS,
             "client_lr": CLIENT_LR, "statistic": "median",
             "seed": FLAGS.seed}
-  results.atomic_write_json(os.path.join(FLAGS.output_dir, "speed.json"),
-                            {"config": config, "environment": env, "results": rows})
-  results.atomic_write_text(os.path.join(FLAGS.output_dir, "speed.md"), markdown(rows, env))
-  print(f"wrote {FLAGS.output_dir}/speed.json and speed.md")
-
-
-def cpu_model() -> str:
-  try:
-    with open("/proc/cpuinfo") as f:
-      for line in f:
-        if line.startswith("model name"):
-          return line.split(":", 1)[1].strip()
-  except OSError:
-    pass
-  return "unknown"
+  paths = harness.write(FLAGS.output_dir, "speed",
+                        {"config": config, "environment": env, "results": rows},
+                        markdown(rows, env))
+  print(f"wrote {' and '.join(paths)}")
 
 
 if __name__ == "__main__":

@@ -1,10 +1,10 @@
 """Our FedAvg against FedJAX 0.0.17 on W1-W3 and over cohort sizes, side by side in one
 invocation.
 
-  python benchmarks/peers/compare.py [--workloads=w1,w2,w3] [--repeats=3] [--rounds=0]
-                                     [--venv=~/.cache/fedjax_bench/fedjax_venv]
-  python benchmarks/peers/compare.py --workloads=cohorts [--repeats=5]   (a few minutes)
-  python benchmarks/peers/compare.py --workloads=w7 [--repeats=5]   (a few minutes; the
+  python -m benchmarks.speed.peers [--workloads=w1,w2,w3] [--repeats=3] [--rounds=0]
+                                   [--venv=~/.cache/fedjax_bench/fedjax_venv]
+  python -m benchmarks.speed.peers --workloads=cohorts [--repeats=5]   (a few minutes)
+  python -m benchmarks.speed.peers --workloads=w7 [--repeats=5]   (a few minutes; the
       first run also compiles FedJAX's unrolled LSTM step, 10 minutes or more on 2 cores)
 
 `--workloads=cohorts` (or any of c1, c10, c100, c1000) times W1 (logistic regression,
@@ -14,7 +14,7 @@ against our --participation=uniform. The two sides' repeats alternate (FedJAX ru
 subprocess that does one repeat per line it reads), so both see the same machine load;
 writes results/speed/peers/cohorts.json; peers.md shows both tables.
 
-`--workloads=w7` times W7 (benchmarks/speed.py's: FedAvg with our char LSTM, width
+`--workloads=w7` times W7 (benchmarks/speed/speed.py's: FedAvg with our char LSTM, width
 speed.LSTM_HIDDEN, on Shakespeare-shaped data, 10 clients every round, batch 10, 10
 local steps) against FedJAX's own Shakespeare LSTM of the same width, layers and embedding
 on inputs of the same shapes (fedjax_workloads.py's docstring says what differs: FedJAX's
@@ -25,24 +25,24 @@ rounds a repeat; writes results/speed/peers/w7.json, a table of its own in peers
 Sets up FedJAX's own virtual environment the first time (Python 3.11 with jax 0.4.30,
 jaxlib 0.4.30, dm-haiku 0.0.12, optax 0.2.2, chex 0.1.86, numpy<2.1, fedjax 0.0.17: they
 do not install beside our jax), runs `fedjax_workloads.py` there, then our engine on the
-same workloads (benchmarks/speed.py's, shuffled epochs as FedJAX's ShuffleRepeatBatch),
+same workloads (benchmarks/speed/speed.py's, shuffled epochs as FedJAX's ShuffleRepeatBatch),
 and writes results/speed/peers/peers.json and peers.md with the machine they ran on.
 """
 
 import json
 import os
 import subprocess
-import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))  # benchmarks/
+# speed first: it sets the CPU devices before JAX starts, and defines the flags shared
+# here (--workloads, --rounds, --repeats, --seed, ...).
+from benchmarks.speed import speed
+from absl import app
+from absl import flags
 
-import speed  # noqa: E402  (defines --workloads, --rounds, --repeats, --seed, ...)
-from absl import app  # noqa: E402
-from absl import flags  # noqa: E402
+from benchmarks.speed import harness
+from fedjax_bench.data import text as text_data
 
-from fedjax_bench import results  # noqa: E402
-from fedjax_bench.data import text as text_data  # noqa: E402
+HERE = os.path.dirname(os.path.abspath(__file__))  # fedjax_workloads.py runs from here
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("venv", os.path.expanduser("~/.cache/fedjax_bench/fedjax_venv"),
@@ -96,9 +96,7 @@ def ours(name: str, rounds: int, repeats: int, seed: int) -> dict:
   task = speed.make_task(speed.make_dataset(seed, clients), model_name)
   t = speed.time_vectorized(task, "shuffle", rounds, repeats, seed, batch)
   return {**speed.summarize(t, rounds, clients), "rounds_per_repeat": rounds,
-          "clients_per_round": clients,
-          "params": int(sum(a.size for a in __import__("jax").tree.leaves(
-              task.init_params(__import__("jax").random.PRNGKey(0)))))}
+          "clients_per_round": clients, "params": num_params(task)}
 
 
 def fedjax_interleaved(python: str, name: str, *args: str):
@@ -153,7 +151,7 @@ def cohort(python: str, name: str, repeats: int, seed: int) -> dict:
 
 def main_cohorts(python: str, names: list[str]):
   print(side_by_side(names, lambda name: cohort(python, name, FLAGS.repeats, FLAGS.seed),
-                     "cohorts.json", ",.0f", ".1f"))
+                     "cohorts", ",.0f", ".1f"))
 
 
 def cohorts_markdown(rows, env) -> str:
@@ -169,7 +167,7 @@ def cohorts_markdown(rows, env) -> str:
            "| m of N | ours | FedJAX | ratio | target | met? | load |",
            "|---|---:|---:|---:|---:|:---:|---:|"]
   for r in rows:
-    target, met = _target_cells(r)
+    target, met = harness.target_cells(r["target"], r["met"], ">= {:g}x")
     lines.append(f"| {r['clients_per_round']:,} of {r['population']:,} | "
                  f"{r['ours']['client_steps_per_second']:,.0f} | "
                  f"{r['fedjax']['client_steps_per_second']:,.0f} | {r['ratio']:.1f}x | "
@@ -220,19 +218,13 @@ def fedjax_matmul_work(batch: int, theirs: dict) -> float:
 
 def main_sequences(python: str, names: list[str]):
   return side_by_side(names, lambda name: sequence(python, name, FLAGS.rounds, FLAGS.repeats,
-                                                   FLAGS.seed), "w7.json", ",.1f", ".2f")
+                                                   FLAGS.seed), "w7", ",.1f", ".2f")
 
 
-def environment_before() -> dict:
-  """The machine and its load before a comparison starts (the rows' "environment")."""
-  return {**results.environment_info(), "cpu_count": os.cpu_count(),
-          "cpu_model": speed.cpu_model(), "loadavg_before": os.getloadavg()}
-
-
-def side_by_side(names, measure, filename: str, rate: str, ratio: str) -> str:
+def side_by_side(names, measure, record: str, rate: str, ratio: str) -> str:
   """Measures each workload (ours and FedJAX, repeats alternating) and writes the rows so
-  far to PEERS_DIR/filename after each, with peers.md; returns peers.md's text."""
-  env = environment_before()
+  far to PEERS_DIR/RECORD.json after each, with peers.md; returns peers.md's text."""
+  env = harness.environment()
   rows = []
   for name in names:
     print(f"[{name}] ours and FedJAX, repeats alternating ...", flush=True)
@@ -241,10 +233,8 @@ def side_by_side(names, measure, filename: str, rate: str, ratio: str) -> str:
     print(f"[{name}] ours {r['ours']['client_steps_per_second']:{rate}} vs FedJAX "
           f"{r['fedjax']['client_steps_per_second']:{rate}} client-steps/s: "
           f"{r['ratio']:{ratio}}x (load {r['loadavg'][0]:.2f})", flush=True)
-    env = {**env, "loadavg_after": os.getloadavg(), "fedjax_jax": r["fedjax"]["jax"]}
-    os.makedirs(FLAGS.peers_dir, exist_ok=True)
-    results.atomic_write_json(os.path.join(FLAGS.peers_dir, filename),
-                              {"environment": env, "results": rows})
+    env = {**harness.finish(env), "fedjax_jax": r["fedjax"]["jax"]}
+    harness.write(FLAGS.peers_dir, record, {"environment": env, "results": rows})
     text = write_markdown()
   return text
 
@@ -297,7 +287,7 @@ def main(argv):
   if names:
     return main_cohorts(ensure_venv(FLAGS.venv), names)
   workloads = [w for w in FLAGS.workloads if w in PEER_WORKLOADS] or list(PEER_WORKLOADS)
-  env = environment_before()
+  env = harness.environment()
   python = ensure_venv(FLAGS.venv)
   print("FedJAX side ...", flush=True)
   theirs = run_fedjax(python, workloads, FLAGS.rounds, FLAGS.repeats)
@@ -316,11 +306,8 @@ def main(argv):
 
 
 def write(rows, env, theirs) -> str:
-  env = {**env, "loadavg_after": os.getloadavg(),
-         "fedjax_jax": next(iter(theirs.values()))["jax"]}
-  os.makedirs(FLAGS.peers_dir, exist_ok=True)
-  results.atomic_write_json(os.path.join(FLAGS.peers_dir, "peers.json"),
-                            {"environment": env, "results": rows})
+  env = {**harness.finish(env), "fedjax_jax": next(iter(theirs.values()))["jax"]}
+  harness.write(FLAGS.peers_dir, "peers", {"environment": env, "results": rows})
   return write_markdown()
 
 
@@ -328,15 +315,15 @@ def write_markdown() -> str:
   """peers.md from peers.json (W1-W3), cohorts.json (cohort sizes) and w7.json (W7),
   whichever exist, so rerunning one part keeps the others' tables."""
   parts = []
-  for name, render in (("peers.json", markdown), ("cohorts.json", cohorts_markdown),
-                       ("w7.json", sequences_markdown)):
-    path = os.path.join(FLAGS.peers_dir, name)
+  for name, render in (("peers", markdown), ("cohorts", cohorts_markdown),
+                       ("w7", sequences_markdown)):
+    path = os.path.join(FLAGS.peers_dir, f"{name}.json")
     if os.path.exists(path):
       with open(path) as f:
         saved = json.load(f)
       parts.append(render(saved["results"], saved["environment"]))
   text = "\n".join(parts)
-  results.atomic_write_text(os.path.join(FLAGS.peers_dir, "peers.md"), text)
+  harness.write(FLAGS.peers_dir, "peers", markdown=text)
   return text
 
 
@@ -352,7 +339,7 @@ def markdown(rows, env) -> str:
            "|---|---|---:|---:|---:|---:|---:|:---:|"]
   for r in rows:
     o, f = r["ours"], r["fedjax"]
-    target, met = _target_cells(r)
+    target, met = harness.target_cells(r["target"], r["met"], ">= {:g}x")
     lines.append(f"| {r['workload']} | {f['model']}, {f['batch_size']} | {o['params']:,} "
                  f"(FedJAX {f['params']:,}) | {o['client_steps_per_second']:,.0f} | "
                  f"{f['client_steps_per_second']:,.0f} | {r['ratio']:.1f}x | {target} | {met} |")
@@ -360,20 +347,10 @@ def markdown(rows, env) -> str:
   return "\n".join(lines)
 
 
-def _target_cells(row) -> tuple[str, str]:
-  """The target and met? cells of a row (dashes where a workload has no target)."""
-  target = "—" if row["target"] is None else f">= {row['target']:g}x"
-  met = "—" if row["met"] is None else ("yes" if row["met"] else "no")
-  return target, met
-
-
 def _machine(env, load_note: str = "") -> str:
   # The platform string names the VM (…-fc-v782-…): VMs of one CPU model ran W1 2.5x apart.
-  return (f"Machine: {env['cpu_count']} CPUs ({env['cpu_model']}, {env.get('platform', '?')}); "
-          f"ours jax {env['jax']} "
-          f"on {env['devices']}; FedJAX on jax {env['fedjax_jax']} (one CPU device); "
-          f"1-minute load average {env['loadavg_before'][0]:.2f} before, "
-          f"{env['loadavg_after'][0]:.2f} after{load_note}.")
+  return harness.machine(env, f"ours jax {env['jax']} on {env['devices']}; FedJAX on jax "
+                         f"{env['fedjax_jax']} (one CPU device)", load_note)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Scale workloads: populations, seeds in one program, clients generated on demand.
 
-  python benchmarks/scale.py [--workloads=w4,w5,w6] [--repeats=5] [--output_dir=results/speed]
+  python -m benchmarks.speed.scale [--workloads=w4,w5,w6] [--repeats=5] [--output_dir=results/speed]
 
 Each workload compares two runs measured in the same invocation, each in its own
 subprocess (a clean peak-memory reading and compile cache):
@@ -19,19 +19,18 @@ resident memory of the process (on GPU/TPU also the device's peak bytes).
 
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from fedjax_bench import host_devices  # noqa: E402
+from fedjax_bench import host_devices
 
 host_devices.use_all_cores()
 
 from absl import app  # noqa: E402
 from absl import flags  # noqa: E402
+
+from benchmarks.speed import harness  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("workloads", ["w4", "w5", "w6"], "Workloads: w4, w5, w6.")
@@ -41,6 +40,7 @@ flags.DEFINE_string("output_dir", "results/speed", "Where scale.json and scale.m
 flags.DEFINE_string("run_one", None, "Internal: run one side of a workload and print JSON.")
 
 LOCAL_STEPS = 10
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # workload -> (target ratio, (label, run name) of the measured side, of the reference side)
 WORKLOADS = {
     "w4": (2.0, ("10,000 clients, p = 0.1", "w4_10k"), ("1,000 clients, p = 1", "w4_1k")),
@@ -69,7 +69,7 @@ def setup(name: str):
     hp.update(fedawe_clip=0.0, fedawe_eval="server")
     return (lambda h: fedawe.build(task, world, h)), task, hp, [0], int(n * p)
   if name.startswith("w5"):
-    import workloads
+    from benchmarks.speed import workloads
     n = 100
     task = workloads.task(workloads.mnist_shaped(0, n), "logreg")
     world = world_lib.make(participation.full(n), np.full(n, LOCAL_STEPS, np.int32))
@@ -83,22 +83,19 @@ def setup(name: str):
 
 
 def run_one(name: str) -> dict:
-  import resource
   import jax
-  from fedjax_bench import engine
+  import numpy as np
   t0 = time.perf_counter()
   build, task, hp, seeds, active = setup(name)
   setup_seconds = time.perf_counter() - t0
-  elapsed = []
-  out = engine.run(build, task, hp, seeds=seeds, rounds=FLAGS.rounds * (FLAGS.repeats + 1),
-                   eval_every=FLAGS.rounds,
-                   on_eval=lambda p: elapsed.append(p.round / p.rounds_per_second))
-  per_round = statistics.median(np.diff(elapsed)) / FLAGS.rounds if len(elapsed) > 1 else None
+  timing = harness.blocks(build, task, hp, seeds, FLAGS.rounds, FLAGS.repeats)
+  out = timing["output"]
+  per_round = harness.median(timing["seconds"]) / FLAGS.rounds
   row = {"name": name, "seconds_per_round": per_round, "seeds": len(seeds),
          "active_per_round": active, "num_clients": task.num_clients,
          "client_steps_per_second": len(seeds) * active * LOCAL_STEPS / per_round,
-         "compile_seconds": out.timing["compile_seconds"], "setup_seconds": setup_seconds,
-         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+         "compile_seconds": timing["compile_seconds"], "setup_seconds": setup_seconds,
+         "peak_rss_mib": harness.peak_rss_mib(),
          "final_num_active": float(np.nanmean(out.history.metrics["num_active"][-1]))}
   stats = jax.devices()[0].memory_stats() if hasattr(jax.devices()[0], "memory_stats") else None
   if stats and "peak_bytes_in_use" in stats:
@@ -106,13 +103,10 @@ def run_one(name: str) -> dict:
   return row
 
 
-import numpy as np  # noqa: E402  (after absl flags: run_one uses it)
-
-
 def spawn(name: str) -> dict:
-  cmd = [sys.executable, os.path.abspath(__file__), f"--run_one={name}",
+  cmd = [sys.executable, "-m", "benchmarks.speed.scale", f"--run_one={name}",
          f"--repeats={FLAGS.repeats}", f"--rounds={FLAGS.rounds}"]
-  p = subprocess.run(cmd, capture_output=True, text=True)
+  p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
   if p.returncode != 0:
     raise RuntimeError(f"{name} failed:\n{p.stderr[-3000:]}")
   return json.loads(p.stdout.strip().splitlines()[-1])
@@ -123,13 +117,9 @@ def main(argv):
   if FLAGS.run_one:
     print(json.dumps(run_one(FLAGS.run_one)))
     return 0
-  unknown = [w for w in FLAGS.workloads if w not in WORKLOADS]
-  if unknown:
-    sys.stderr.write(f"error: unknown --workloads {unknown}; valid: {', '.join(WORKLOADS)}\n")
+  if harness.unknown("workloads", FLAGS.workloads, list(WORKLOADS)):
     return 2
-  from fedjax_bench import results
-  env = {**results.environment_info(), "cpu_count": os.cpu_count(),
-         "loadavg_before": os.getloadavg()}
+  env = harness.environment()
   rows = []
   for w in FLAGS.workloads:
     target, (label, name), (ref_label, ref_name) = WORKLOADS[w]
@@ -142,17 +132,15 @@ def main(argv):
                  "measured": measured, "reference": ref, "cost_ratio": ratio,
                  "target": target, "met": bool(ratio <= target)})
     print(f"[{w}] {ratio:.2f}x the cost per round of {ref_label} (target <= {target:g}x)")
-  env["loadavg_after"] = os.getloadavg()
-  os.makedirs(FLAGS.output_dir, exist_ok=True)
-  results.atomic_write_json(os.path.join(FLAGS.output_dir, "scale.json"),
-                            {"environment": env, "repeats": FLAGS.repeats,
-                             "rounds_per_block": FLAGS.rounds, "results": rows})
-  results.atomic_write_text(os.path.join(FLAGS.output_dir, "scale.md"), markdown(rows, env))
-  print(markdown(rows, env))
+  record = {"environment": harness.finish(env), "repeats": FLAGS.repeats,
+            "rounds_per_block": FLAGS.rounds, "results": rows}
+  harness.write(FLAGS.output_dir, "scale", record, markdown(record))
+  print(markdown(record))
   return 0
 
 
-def markdown(rows, env) -> str:
+def markdown(record) -> str:
+  rows, env = record["results"], record["environment"]
   lines = ["# Scale: cost per round against a reference measured in the same invocation", "",
            "| workload | measured | s/round | reference | s/round | cost ratio | target | met? "
            "| compile s (measured / ref) | peak RSS MiB (measured / ref) |",
@@ -165,14 +153,12 @@ def markdown(rows, env) -> str:
                  f"{'yes' if r['met'] else 'no'} | {m['compile_seconds']:.1f} / "
                  f"{f['compile_seconds']:.1f} | {m['peak_rss_mib']:.0f} / "
                  f"{f['peak_rss_mib']:.0f} |")
-  lines += ["", f"Median of {rows[0]['measured'] and FLAGS.repeats} blocks of {FLAGS.rounds} "
+  lines += ["", f"Median of {record['repeats']} blocks of {record['rounds_per_block']} "
             "rounds per run, each run in its own process; one evaluation per block is "
             "included. Client-steps/s: " + ", ".join(
                 f"{r['workload']} {r['measured']['client_steps_per_second']:,.0f} vs "
                 f"{r['reference']['client_steps_per_second']:,.0f}" for r in rows) + ".", "",
-            f"Machine: {env['cpu_count']} CPUs, devices {env['devices']}, jax {env['jax']}, "
-            f"{env['platform']}; 1-minute load average {env['loadavg_before'][0]:.2f} before, "
-            f"{env['loadavg_after'][0]:.2f} after.", ""]
+            harness.machine(env), ""]
   return "\n".join(lines)
 
 
