@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
 from fedjax_bench import compile_cache  # noqa: E402
 
@@ -36,10 +35,12 @@ def pytest_xdist_auto_num_workers(config):
 
 
 def device_probe(script, out, devices: int, *args, timeout=300):
-  """Runs ``script OUT ARGS`` on ``devices`` forced CPU devices; np.load of OUT."""
+  """Runs ``script OUT ARGS`` on ``devices`` forced CPU devices; np.load of OUT. tests/ is
+  on the script's PYTHONPATH (probes import conftest's and test modules' setups)."""
   import subprocess
+  path = os.pathsep.join(p for p in (str(REPO / "tests"), os.environ.get("PYTHONPATH")) if p)
   env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
-             JAX_PLATFORMS="cpu")
+             JAX_PLATFORMS="cpu", PYTHONPATH=path)
   subprocess.run([sys.executable, str(script), str(out), *args], check=True, env=env,
                  timeout=timeout)
   return np.load(out)

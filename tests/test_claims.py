@@ -307,18 +307,16 @@ def test_committed_reports_are_what_their_runs_produce():
 
 def check_with_pending(name, *args):
   """`claims.py --check` with paper ``name`` listed in PENDING (the list may be empty)."""
-  bench = os.path.join(ROOT, "benchmarks")
-  code = (f"import sys; sys.path.insert(0, {bench!r}); import papers; "
+  code = (f"import sys; from benchmarks import papers; "
           f"papers.PENDING = ({name!r},); import runpy; "
           f"sys.argv = ['claims.py', '--check', {name!r}, *{list(args)!r}]; "
-          f"runpy.run_path({os.path.join(bench, 'claims.py')!r}, run_name='__main__')")
+          f"runpy.run_module('benchmarks.claims', run_name='__main__')")
   return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                         cwd=ROOT, timeout=300)
 
 
 def test_check_counts_the_made_runs_of_a_pending_paper(tmp_path):
-  sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
-  import papers
+  from benchmarks import papers
   name = "shakespeare"
   total = len(papers.PAPERS[name].claim_runs())
   shutil.copytree(os.path.join(ROOT, "results", name), tmp_path / name)
@@ -337,8 +335,7 @@ def test_readme_links_every_report_with_its_verdicts():
   # README's "What holds" table: one row per paper whose report is generated, linking it,
   # with the verdict counts its REPORT.md gives (so the summary cannot drift from them).
   import re
-  sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
-  import papers
+  from benchmarks import papers
   readme = open(os.path.join(ROOT, "README.md")).read()
   for name in papers.PAPERS:
     if name in papers.PENDING:
@@ -461,8 +458,7 @@ def test_verification_report_names_every_differing_verdict():
 def test_every_declared_run_is_read_by_a_claim_or_a_figure():
   # `claims.py PAPER` makes only the runs its claims and figures read: any other declared
   # run would never be made nor checked.
-  sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
-  import papers
+  from benchmarks import papers
   for p in papers.PAPERS.values():
     read = {r.name for r in p.claim_runs()}
     assert [r.name for r in p.runs if r.name not in read] == [], p.name
@@ -487,12 +483,7 @@ def test_an_x64_run_runs_in_float64_and_is_its_own_configuration(tmp_path):
 
 def _papers():
   """The paper declarations (benchmarks/papers)."""
-  papers_dir = os.path.join(ROOT, "benchmarks")
-  sys.path.insert(0, papers_dir)
-  try:
-    import papers
-  finally:
-    sys.path.remove(papers_dir)
+  from benchmarks import papers
   return papers
 
 
@@ -541,12 +532,7 @@ def test_verify_refresh_replaces_a_stale_run_only_when_its_numbers_come_out_agai
                  f"--results_dir={tmp_path}", f"--verify_dir={sine_reruns[0]}")
   assert "toyfl_paper_sine_fedawe: the same numbers on the current code; refreshed" in p.stdout
   assert "toyfl_paper_sine_fedavg: the same numbers" not in p.stdout
-  papers_dir = os.path.join(ROOT, "benchmarks")
-  sys.path.insert(0, papers_dir)
-  try:
-    import papers
-  finally:
-    sys.path.remove(papers_dir)
+  from benchmarks import papers
   by_name = {r.name: r for r in papers.PAPERS["fedawe"].runs}
   fresh = [store.status(json.loads(path.read_text()), by_name[path.stem]) for path in paths]
   assert fresh[0] == "fresh" and fresh[1].startswith("code changed"), fresh

@@ -4,7 +4,6 @@ tuned grid point (benchmarks/papers/area.py); and the declaration itself."""
 
 import math
 import os
-import sys
 
 import numpy as np
 import pytest
@@ -143,8 +142,7 @@ def test_the_old_options_read_and_describe_as_before():
 
 
 def _area():
-  sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
-  from papers import area
+  from benchmarks.papers import area
   return area
 
 

@@ -55,11 +55,7 @@ def test_it_reads_four_runs_and_needs_both_gaps():
 
 
 def _paper():
-  import os
-  import sys
-  sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                  "benchmarks"))
-  from papers import fedalign
+  from benchmarks.papers import fedalign
   return fedalign.PAPER
 
 

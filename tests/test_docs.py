@@ -20,8 +20,9 @@ whose files are generated or local):
    - a test name (`test_keys_are_never_reused`, or a prefix ending in `*`) is defined under
      tests/;
 3. every flag cited (a code span starting with `--`, or a `--name` inside a cited
-   `python benchmarks/...` / `python -m fedjax_bench` / `fedjax-bench` command) is a declared
-   setting, a run-only flag of the command line, or a flag a benchmark script defines.
+   `python benchmarks/...` / `python -m benchmarks...` / `python -m fedjax_bench` /
+   `fedjax-bench` command) is a declared setting, a run-only flag of the command line, or a
+   flag a benchmark script defines.
 
 Placeholders (`algorithms/NAME.py`, `results/PAPER/REPORT.md`, `--FLAG=VALUE`) are skipped.
 A bare `name()` is not checked: it usually names a protocol's method (`init`, `round`).
@@ -338,7 +339,8 @@ def known_flags() -> frozenset:
   return frozenset(names)
 
 
-COMMAND = re.compile(r"^(\w+=\S+\s+)*(python3?\s+(benchmarks/|-m\s+fedjax_bench)|fedjax-bench\b)")
+COMMAND = re.compile(r"^(\w+=\S+\s+)*(python3?\s+(benchmarks/|-m\s+(fedjax_bench|benchmarks\b))|"
+                     r"fedjax-bench\b)")
 
 
 def flag_problem(flag: str):

@@ -1,7 +1,5 @@
-"""benchmarks/plot_runs.py: seed means from metrics.csv, one curve per run or grid point."""
+"""benchmarks/tools/plot_runs.py: seed means from metrics.csv, one curve per run or grid point."""
 
-import functools
-import importlib.util
 import subprocess
 import sys
 
@@ -12,12 +10,12 @@ from conftest import REPO
 from fedjax_bench import results
 
 
-@functools.cache  # its absl flags can be defined once per process
+PLOT_RUNS = [sys.executable, "-m", "benchmarks.tools.plot_runs"]
+
+
 def _module():
-  spec = importlib.util.spec_from_file_location("plot_runs", REPO / "benchmarks" / "plot_runs.py")
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+  from benchmarks.tools import plot_runs  # at first use: it defines absl flags
+  return plot_runs
 
 
 def _write(run, rows):
@@ -32,14 +30,14 @@ def test_seed_mean_and_plot(tmp_path):
   rounds, acc = _module().seed_mean(str(tmp_path / "a"), "test_accuracy")
   assert rounds.tolist() == [0, 5] and acc.tolist() == [0.2, 0.6]
   out = tmp_path / "p.png"
-  r = subprocess.run([sys.executable, str(REPO / "benchmarks" / "plot_runs.py"),
+  r = subprocess.run([*PLOT_RUNS,
                       f"--runs={tmp_path / 'a'},{tmp_path / 'b'}", "--labels=A,B",
-                      f"--output={out}"], capture_output=True, text=True, timeout=120)
+                      f"--output={out}"], capture_output=True, text=True, timeout=120, cwd=REPO)
   assert r.returncode == 0, r.stderr[-2000:]
   assert out.stat().st_size > 1000
-  r = subprocess.run([sys.executable, str(REPO / "benchmarks" / "plot_runs.py"),
+  r = subprocess.run([*PLOT_RUNS,
                       f"--runs={tmp_path / 'a'}", "--metric=nope", f"--output={out}"],
-                     capture_output=True, text=True, timeout=120)
+                     capture_output=True, text=True, timeout=120, cwd=REPO)
   assert r.returncode != 0 and "no column 'nope'" in r.stderr
 
 
@@ -88,8 +86,8 @@ def test_a_sweep_read_from_its_summary_and_refused_when_its_grid_is_unknown(tmp_
     _module().seed_curves(str(run), "test_accuracy")
   assert "\n" not in str(info.value)
   out = tmp_path / "p.png"
-  r = subprocess.run([sys.executable, str(REPO / "benchmarks" / "plot_runs.py"),
+  r = subprocess.run([*PLOT_RUNS,
                       f"--runs={run}", f"--output={out}"],
-                     capture_output=True, text=True, timeout=120)
+                     capture_output=True, text=True, timeout=120, cwd=REPO)
   assert r.returncode != 0 and "several rows per round and seed" in r.stderr
   assert not out.exists()

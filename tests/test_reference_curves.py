@@ -13,7 +13,7 @@
     (docs/design.md, "Devices and reproducibility": device counts agree to ~1e-6, not bitwise).
 
 The subprocess starts with the first 1-device test and runs beside them (one core each).
-After an intended change of the numbers: python benchmarks/update_references.py
+After an intended change of the numbers: python -m benchmarks.tools.update_references
 """
 
 import json
@@ -32,8 +32,8 @@ from fedjax_bench import algorithms, compile_cache, reference
 PROBE = Path(__file__).parent / "scripts" / "reference_probe.py"
 NAMES = list(algorithms.ALGORITHMS)
 PROBE_TIMEOUT = 900
-REGENERATE = "regenerate with `python benchmarks/update_references.py --algos={}` if the change "\
-             "is intended"
+REGENERATE = ("regenerate with `python -m benchmarks.tools.update_references --algos={}` if "
+              "the change is intended")
 
 FOUR_DEVICE_TESTS = ("test_same_seed_same_curves_on_four_devices",
                      "test_four_devices_match_one_device")

@@ -2,15 +2,13 @@
 data is generated on demand, and both on 1 device and 4."""
 
 import itertools
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from conftest import device_probe
 from fedjax_bench.data import stream
 from fedjax_bench.sim import participation
 
@@ -54,12 +52,8 @@ def test_stream_clients_read_the_same_examples_every_time():
 
 
 def _probe(tmp_path, devices, seeds):
-  out = tmp_path / f"stream_d{devices}_{seeds}.npz"
-  env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
-             JAX_PLATFORMS="cpu")
-  subprocess.run([sys.executable, str(PROBE), str(out), seeds, "4", "stream"], check=True,
-                 env=env, timeout=300)
-  return np.load(out)
+  return device_probe(PROBE, tmp_path / f"stream_d{devices}_{seeds}.npz", devices, seeds, "4",
+                      "stream")
 
 
 def test_on_demand_population_on_one_device_equals_four(tmp_path):

@@ -3,6 +3,7 @@ Python API; unknown names and settings without effect refused; sweepable declara
 true; an algorithm added in three places (its module, one registration line, its test)."""
 
 import dataclasses
+import os
 import re
 import subprocess
 import sys
@@ -190,13 +191,14 @@ def test_a_new_algorithm_runs_through_the_api_and_the_command_line(tmp_path):
       config.resolve(algo="fedavg", toy_shrink=0.5)
   finally:
     del algorithms.ALGORITHMS["toy"]
-  code = ("import sys; sys.path.insert(0, 'tests')\n"
+  code = ("import sys\n"
           "import test_settings; test_settings.register_toy()\n"
           "from fedjax_bench import cli\n"
           "sys.exit(cli.main(cli.parse_argv(sys.argv)))\n")
   args = [f"--{k}={v}" for k, v in _TOY_RUN.items()]
   r = subprocess.run([sys.executable, "-c", code, "--algo=toy", "--toy_shrink=0.5",
                       "--seeds=2", f"--output_dir={tmp_path / 'toy'}", *args], cwd=REPO,
+                     env=dict(os.environ, PYTHONPATH=str(REPO / "tests")),
                      capture_output=True, text=True, timeout=300)
   assert r.returncode == 0, r.stderr[-2000:]
   _assert_rows_equal(toy, tmp_path / "toy")

@@ -210,9 +210,9 @@ def markdown(record) -> str:
            "FedAvg, logistic regression on MNIST-shaped data; seconds per round (a block of "
            "rounds and one evaluation, divided by the rounds), median of "
            f"{record['config']['repeats']} blocks per side, the two sides' blocks interleaved "
-           "(`python -m benchmarks.speed.cost_follows_work`). The target is on the wall-clock ratio; the "
-           "CPU-time ratio (the process's CPU seconds over the same blocks) is less "
-           "disturbed by other jobs on the machine.", "",
+           "(`python -m benchmarks.speed.cost_follows_work`). The target is on the wall-clock "
+           "ratio; the CPU-time ratio (the process's CPU seconds over the same blocks) is "
+           "less disturbed by other jobs on the machine.", "",
            "| pair | side | ms/round | baseline | ms/round | ratio | CPU-time ratio | target "
            "| met? |",
            "|---|---|---:|---|---:|---:|---:|---:|:---:|"]

@@ -1,5 +1,5 @@
 """W1-W3 and the cohort sizes in FedJAX 0.0.17 (runs in its own environment:
-benchmarks/peers/compare.py sets it up). FedJAX's FedAvg (`fedjax.algorithms.fed_avg`) with
+benchmarks/speed/peers.py sets it up). FedJAX's FedAvg (`fedjax.algorithms.fed_avg`) with
 its default per-client loop of jitted steps, haiku models equal to ours, MNIST-shaped
 random data of the same shapes.
 
@@ -10,12 +10,12 @@ replacement from a population of N each round, as FedJAX users do:
 `sample()` inside the timed loop.
 
 W7 is FedJAX's own Shakespeare model, `fedjax.models.shakespeare.create_lstm_model`
-(embedding 8, two `hk.LSTM` layers of LSTM_HIDDEN = 64, benchmarks/speed.py's width,
+(embedding 8, two `hk.LSTM` layers of LSTM_HIDDEN = 64, benchmarks/speed/speed.py's width,
 and a dense layer to its vocabulary of 86 + 4 = 90 ids), trained by
 `fedjax.algorithms.fed_avg` on 10 clients every round, batch 10, 10 local steps, as
-benchmarks/speed.py's W7 trains our char LSTM. Each example is a sequence of 80 random ids
+benchmarks/speed/speed.py's W7 trains our char LSTM. Each example is a sequence of 80 random ids
 in 1..86 (its characters: no PAD, BOS, EOS or OOV) and its 80 targets; the clients' sizes
-are those of our W7 (`shakespeare_sizes`, the draw of benchmarks/workloads.py). The
+are those of our W7 (`shakespeare_sizes`, the draw of benchmarks/speed/workloads.py). The
 inputs have our shapes, [10, 80] a batch, but the two models differ:
   * FedJAX's model outputs, and its loss averages, all 80 positions of a sequence
     (TFF's Shakespeare: a sequence's next characters); ours reads the last position
@@ -28,7 +28,7 @@ inputs have our shapes, [10, 80] a batch, but the two models differ:
     input sequence by the input kernel before the scan;
   * its vocabulary is 90 ids, ours 82 (LEAF's 80 characters, PAD and OOV).
 With `--interleave`, W7 runs one repeat per line of stdin, as the cohort workloads do
-(benchmarks/peers/compare.py times ours in between). XLA:CPU (jax 0.4.30) compiles
+(benchmarks/speed/peers.py times ours in between). XLA:CPU (jax 0.4.30) compiles
 FedJAX's unrolled step for many minutes (10 to 16 on the 2-core CPU under load, before
 the first round), so W7's executables are kept in JAX's persistent compilation cache
 (`--compile_cache`) and later runs load them; the first round is not timed either way.
@@ -53,11 +53,11 @@ import numpy as np
 
 NUM_CLIENTS, EXAMPLES, LOCAL_STEPS, CLIENT_LR = 100, 600, 10, 0.1
 # name -> (model, batch, rounds per repeat when --rounds=0, clients per round: the
-# first clients of the data; benchmarks/speed.py's W3 trains 10 at CPU scale)
+# first clients of the data; benchmarks/speed/speed.py's W3 trains 10 at CPU scale)
 WORKLOADS = {"w1": ("logreg", 10, 3, 100), "w2": ("mlp", 32, 2, 100), "w3": ("cnn", 32, 1, 10),
              "logreg32": ("logreg", 32, 3, 100)}
 # name -> (clients per round m, population N, rounds per repeat when --rounds=0: about
-# 10,000 client-steps, 0.6 s of FedJAX on a 2-core CPU). benchmarks/peers/compare.py's
+# 10,000 client-steps, 0.6 s of FedJAX on a 2-core CPU). benchmarks/speed/peers.py's
 # COHORTS holds the same sizes for our side.
 COHORTS = {"c1": (1, 100, 1000), "c10": (10, 100, 100), "c100": (100, 100, 10),
            "c1000": (1000, 1000, 1)}
@@ -65,7 +65,7 @@ COHORTS = {"c1": (1, 100, 1000), "c10": (10, 100, 100), "c100": (100, 100, 10),
 # every round). A round of W7 took 11-13 s on the 2-core CPU under load.
 SEQUENCES = {"w7": ("char_lstm", 10, 1, 10)}
 LSTM_HIDDEN, SEQ_LEN, VOCAB = 64, 80, 86  # VOCAB: characters; create_lstm_model adds 4
-# benchmarks/workloads.py's Shakespeare-like client sizes (the same draw).
+# benchmarks/speed/workloads.py's Shakespeare-like client sizes (the same draw).
 SHAKESPEARE_LOG_MEAN, SHAKESPEARE_LOG_STD = 6.48, 1.93
 SHAKESPEARE_MIN, SHAKESPEARE_MAX = 10, 55_161
 
@@ -116,7 +116,7 @@ def clients(seed, num_clients=NUM_CLIENTS):
 
 
 def shakespeare_sizes(seed, num_clients):
-  """benchmarks/workloads.py's `shakespeare_sizes`, the same NumPy calls."""
+  """benchmarks/speed/workloads.py's `shakespeare_sizes`, the same NumPy calls."""
   rng = np.random.default_rng([seed, 7])
   sizes = np.exp(rng.normal(SHAKESPEARE_LOG_MEAN, SHAKESPEARE_LOG_STD, num_clients))
   return np.clip(np.round(sizes), SHAKESPEARE_MIN, SHAKESPEARE_MAX).astype(np.int64)

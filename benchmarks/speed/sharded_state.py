@@ -99,7 +99,8 @@ def markdown(record) -> str:
   return "\n".join([
       "# Client state sharded over the clients axis against replicated", "",
       f"MIFA, {r['num_clients']:,} clients, MLP 60-{HIDDEN}-10 ({r['params']:,} parameters), "
-      f"{r.get('clients_per_round', FLAGS['clients_per_round'].default)} clients a round, {LOCAL_STEPS} local steps; one run on "
+      f"{r.get('clients_per_round', FLAGS['clients_per_round'].default)} clients a round, "
+      f"{LOCAL_STEPS} local steps; one run on "
       f"{r['devices']} CPU devices (mesh runs 1 x clients {r['devices']}).", "",
       "| client state | bytes on one device | s/round (median) |", "|---|---:|---:|",
       f"| replicated | {mib(b['replicated'])} | {t['replicated']:.4f} |",

@@ -39,7 +39,7 @@ def task(dataset: Dataset, model_name: str, train_eval_examples: int = 1000) -> 
 
 def shakespeare_sizes(seed: int, num_clients: int) -> np.ndarray:
   """[num_clients] int64 client sizes drawn like Shakespeare's roles (see above).
-  benchmarks/peers/fedjax_workloads.py draws the same sizes with the same NumPy calls."""
+  benchmarks/speed/fedjax_workloads.py draws the same sizes with the same NumPy calls."""
   rng = np.random.default_rng([seed, 7])
   sizes = np.exp(rng.normal(SHAKESPEARE_LOG_MEAN, SHAKESPEARE_LOG_STD, num_clients))
   return np.clip(np.round(sizes), SHAKESPEARE_MIN, SHAKESPEARE_MAX).astype(np.int64)

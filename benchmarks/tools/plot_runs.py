@@ -1,6 +1,6 @@
 """One plot of several runs' seed-mean curves, read from their metrics.csv.
 
-  python benchmarks/plot_runs.py --runs=DIR1,DIR2 --labels=A,B --metric=test_accuracy \
+  python -m benchmarks.tools.plot_runs --runs=DIR1,DIR2 --labels=A,B --metric=test_accuracy \
       [--x=round|cum_uplink_bits] --output=FILE.png [--title=...]
 
 A sweep's directory (its config.json or summary.json names the grid) gives one curve per
@@ -13,12 +13,10 @@ import json
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from absl import app, flags
+import numpy as np
 
-from absl import app, flags  # noqa: E402
-import numpy as np  # noqa: E402
-
-from fedjax_bench import results  # noqa: E402
+from fedjax_bench import results
 
 flags.DEFINE_list("runs", None, "Run directories (each with metrics.csv).", required=True)
 flags.DEFINE_list("labels", None, "Legend labels, one per run (default: directory names).")

@@ -1,8 +1,8 @@
 """Regenerates the reference convergence curves, results/reference/NAME.json.
 
-  python benchmarks/update_references.py                 # every algorithm, then overwrite
-  python benchmarks/update_references.py --algos=fedavg,area
-  python benchmarks/update_references.py --check         # compare only; exit 1 if outside
+  python -m benchmarks.tools.update_references          # every algorithm, then overwrite
+  python -m benchmarks.tools.update_references --algos=fedavg,area
+  python -m benchmarks.tools.update_references --check  # compare only; exit 1 if outside
 
 Each algorithm's reference config (fedjax_bench/reference.py) runs on one CPU device. Before
 anything is written, every algorithm and metric prints the largest absolute and relative
@@ -19,9 +19,7 @@ import os
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from fedjax_bench import algorithms, compile_cache, reference, results  # noqa: E402
+from fedjax_bench import algorithms, compile_cache, reference, results
 
 
 def parse(argv):

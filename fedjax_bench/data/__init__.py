@@ -17,7 +17,9 @@
   ``loss_type=LOSS_TYPES["quadratic"]`` ("squared_error") and the ``linear`` model.
 """
 
+import dataclasses
 import os
+from typing import Callable
 
 import numpy as np
 
@@ -34,14 +36,110 @@ from fedjax_bench.data.tfds_data import load_arrays
 from fedjax_bench.data.toyfl import gaussian_mixture
 from fedjax_bench.errors import UsageError
 
-DATASETS = ("synthetic", "mnist", "fmnist", "emnist", "toyfl", "svhn", "cifar10", "cinic10",
-            "quadratic", "gaussmix_shards", "synth_pfl") + tuple(natural.LOADERS)
+@dataclasses.dataclass(frozen=True)
+class Source:
+  """A dataset by name: ``load(num_clients, partition, **kwargs)`` -> a `Dataset` (kwargs:
+  `load`'s keyword arguments), the partition it takes by default, its loss, and whether
+  it is fixed image data (read once, partitioned per seed by `load_per_seed`)."""
+  name: str
+  load: Callable[..., Dataset]
+  default_partition: str = "iid"
+  loss_type: str = "cross_entropy"
+  image: bool = False
+
+
+SOURCES: dict[str, Source] = {}
+
+
+def register(name: str, load_fn, **options) -> Source:
+  """Makes ``load_fn`` the dataset ``--dataset=name`` (see `Source` for ``options``)."""
+  if name in SOURCES:
+    raise ValueError(f"dataset {name!r} is registered twice")
+  SOURCES[name] = Source(name, load_fn, **options)
+  return SOURCES[name]
+
+
+def _natural_only(name: str, partition: str) -> None:
+  if partition != "natural":
+    raise UsageError(f"{name} deals its own clients; partition must be natural, "
+                     f"got {partition!r}")
+
+
+def _synthetic(num_clients, partition, *, synthetic_alpha, synthetic_beta, partition_seed,
+               synthetic_max_examples_per_client, **_):
+  if partition not in _SYNTHETIC_PARTITIONS:
+    raise UsageError(f"synthetic data has its natural per-user split; partition "
+                     f"must be one of {', '.join(_SYNTHETIC_PARTITIONS)}, got {partition!r}")
+  return leaf_synthetic(num_clients, synthetic_alpha, synthetic_beta, partition_seed,
+                        max_examples_per_client=synthetic_max_examples_per_client)
+
+
+def _toyfl(num_clients, partition, *, partition_seed, alpha, shards_per_client,
+           toyfl_num_train, toyfl_num_test, **_):
+  return gaussian_mixture(num_clients, partition_seed, partition=partition, alpha=alpha,
+                          shards_per_client=shards_per_client, num_train=toyfl_num_train,
+                          num_test=toyfl_num_test)
+
+
+def _quadratic(num_clients, partition, *, quadratic_variant, **_):
+  if partition != "natural":
+    raise UsageError(f"the quadratic toy has one example per client; partition must be "
+                     f"natural, got {partition!r}")
+  return scalar_quadratic(num_clients, quadratic_variant)
+
+
+def _gaussmix_shards(num_clients, partition, *, num_priority, partition_seed, num_shards,
+                     shard_size, shards_per_client, **_):
+  _natural_only("gaussmix_shards", partition)
+  return gaussmix_shards(num_clients, num_priority or 2, partition_seed,
+                         num_shards=num_shards or 2 * num_clients, shard_size=shard_size or 10,
+                         shards_per_client=shards_per_client)
+
+
+def _synth_pfl(num_clients, partition, *, num_priority, partition_seed, synthetic_alpha,
+               synthetic_beta, pfl, **_):
+  _natural_only("synth_pfl", partition)
+  priority = num_priority or 10
+  if num_clients <= priority:
+    raise UsageError(f"synth_pfl needs more clients than its {priority} priority clients; "
+                     f"got --num_clients={num_clients}")
+  return synth_pfl(partition_seed, num_priority=priority, num_free=num_clients - priority,
+                   alpha=synthetic_alpha, beta=synthetic_beta, **(pfl or {}))
+
+
+def _image(name):
+  def load_image(num_clients, partition, *, alpha, shards_per_client, partition_seed,
+                 data_dir, cache_dir, shard_size, pool_size, num_shards, **_):
+    return _load_image(name, num_clients, partition, alpha, shards_per_client,
+                       partition_seed, data_dir, cache_dir, shard_size, pool_size, num_shards)
+  return load_image
+
+
+def _natural(name):
+  def load_natural(num_clients, partition, *, partition_seed, data_dir, cache_dir, settings,
+                   **_):
+    return natural.load(name, num_clients=num_clients, partition=partition,
+                        partition_seed=partition_seed, data_dir=data_dir, cache_dir=cache_dir,
+                        settings=settings)
+  return load_natural
+
+
 _SYNTHETIC_PARTITIONS = ("natural", "iid")
-DEFAULT_PARTITION = {"synthetic": "natural", "toyfl": "dirichlet",
-                     "quadratic": "natural", "gaussmix_shards": "natural",
-                     "synth_pfl": "natural"}  # others: iid
-# Task.loss_type per dataset (make_task's loss_type); the others: "cross_entropy".
-LOSS_TYPES = {"quadratic": "squared_error"}
+register("synthetic", _synthetic, default_partition="natural")
+for _name in ("mnist", "fmnist", "emnist"):
+  register(_name, _image(_name), image=True)
+register("toyfl", _toyfl, default_partition="dirichlet")
+for _name in ("svhn", "cifar10", "cinic10"):
+  register(_name, _image(_name), image=True)
+register("quadratic", _quadratic, default_partition="natural", loss_type="squared_error")
+register("gaussmix_shards", _gaussmix_shards, default_partition="natural")
+register("synth_pfl", _synth_pfl, default_partition="natural")
+for _name in natural.LOADERS:
+  register(_name, _natural(_name), default_partition="natural")
+DATASETS = tuple(SOURCES)  # the valid --dataset values
+DEFAULT_PARTITION = {n: s.default_partition for n, s in SOURCES.items()}
+# Task.loss_type per dataset (make_task's loss_type).
+LOSS_TYPES = {n: s.loss_type for n, s in SOURCES.items()}
 
 
 def load(name: str, *, num_clients: int, partition: str | None = None,
@@ -55,7 +153,7 @@ def load(name: str, *, num_clients: int, partition: str | None = None,
          pfl: dict | None = None, settings=None) -> Dataset:
   """Loads dataset ``name`` split over ``num_clients`` clients.
 
-  ``partition=None`` takes the dataset's default (``DEFAULT_PARTITION``, else iid).
+  ``partition=None`` takes the dataset's default (``Source.default_partition``).
   ``shard_size``, ``pool_size``: the unbalanced shard partitions of the FedSoftMax paper (§3.1)
   (``noniid``, ``very_noniid``, ``iid_unbalanced``; 0 = their defaults / all examples).
   ``num_shards``: ``shards_random``'s shard count (0: num_clients * shards_per_client).
@@ -66,50 +164,21 @@ def load(name: str, *, num_clients: int, partition: str | None = None,
   Datasets with their own clients (``natural.LOADERS``: shakespeare, leaf_json, tff_h5)
   read what else they need from ``settings`` (the run's DataSettings; None: defaults).
   """
-  if name in natural.LOADERS:
-    return natural.load(name, num_clients=num_clients, partition=partition or "natural",
-                        partition_seed=partition_seed, data_dir=data_dir, cache_dir=cache_dir,
-                        settings=settings)
-  if data_dir and not os.path.isdir(data_dir):
+  source = SOURCES.get(name)
+  if source is None:
+    raise UsageError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}")
+  if name not in natural.LOADERS and data_dir and not os.path.isdir(data_dir):
     raise UsageError(f"--data_dir={data_dir} is not a directory; give an existing TFDS data "
                      "dir, or leave it out to use $TFDS_DATA_DIR, then TFDS's default")
-  if partition is None:
-    partition = DEFAULT_PARTITION.get(name, "iid")
-  if name == "toyfl":
-    return gaussian_mixture(num_clients, partition_seed, partition=partition, alpha=alpha,
-                            shards_per_client=shards_per_client,
-                            num_train=toyfl_num_train, num_test=toyfl_num_test)
-  if name == "quadratic":
-    if partition != "natural":
-      raise UsageError(f"the quadratic toy has one example per client; partition must be "
-                       f"natural, got {partition!r}")
-    return scalar_quadratic(num_clients, quadratic_variant)
-  if name in ("gaussmix_shards", "synth_pfl"):
-    if partition != "natural":
-      raise UsageError(f"{name} deals its own clients; partition must be natural, "
-                       f"got {partition!r}")
-    if name == "gaussmix_shards":
-      return gaussmix_shards(num_clients, num_priority or 2, partition_seed,
-                             num_shards=num_shards or 2 * num_clients,
-                             shard_size=shard_size or 10,
-                             shards_per_client=shards_per_client)
-    priority = num_priority or 10
-    if num_clients <= priority:
-      raise UsageError(f"synth_pfl needs more clients than its {priority} priority "
-                       f"clients; got --num_clients={num_clients}")
-    return synth_pfl(partition_seed, num_priority=priority, num_free=num_clients - priority,
-                     alpha=synthetic_alpha, beta=synthetic_beta, **(pfl or {}))
-  if name == "synthetic":
-    if partition not in _SYNTHETIC_PARTITIONS:
-      raise UsageError(f"synthetic data has its natural per-user split; partition "
-                       f"must be one of {', '.join(_SYNTHETIC_PARTITIONS)}, got {partition!r}")
-    return leaf_synthetic(num_clients, synthetic_alpha, synthetic_beta, partition_seed,
-                          max_examples_per_client=synthetic_max_examples_per_client)
-  if name in DATASETS and name in IMAGE_SPECS:
-    return _load_image(name, num_clients, partition, alpha, shards_per_client,
-                       partition_seed, data_dir, cache_dir, shard_size, pool_size,
-                       num_shards)
-  raise UsageError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}")
+  return source.load(num_clients, partition or source.default_partition, alpha=alpha,
+                     shards_per_client=shards_per_client, partition_seed=partition_seed,
+                     data_dir=data_dir, cache_dir=cache_dir, synthetic_alpha=synthetic_alpha,
+                     synthetic_beta=synthetic_beta,
+                     synthetic_max_examples_per_client=synthetic_max_examples_per_client,
+                     toyfl_num_train=toyfl_num_train, toyfl_num_test=toyfl_num_test,
+                     quadratic_variant=quadratic_variant, shard_size=shard_size,
+                     pool_size=pool_size, num_shards=num_shards, num_priority=num_priority,
+                     pfl=pfl, settings=settings)
 
 
 def _load_image(name: str, num_clients: int, partition: str, alpha: float,
@@ -148,8 +217,8 @@ def load_per_seed(name: str, *, seeds, partition_seed: int = 0, **kwargs) -> per
   dataset (the image datasets) is read once and only partitioned per seed; a generated one
   is generated per seed. ``kwargs``: `load`'s."""
   data_seeds = [per_seed.data_seed(partition_seed, s) for s in seeds]
-  if name in DATASETS and name in IMAGE_SPECS:
-    partition = kwargs.get("partition") or DEFAULT_PARTITION.get(name, "iid")
+  if name in SOURCES and SOURCES[name].image:
+    partition = kwargs.get("partition") or SOURCES[name].default_partition
     if partition not in PARTITIONS:
       raise UsageError(f"unknown partition {partition!r}; choose one of "
                        f"{', '.join(PARTITIONS)}")

@@ -8,19 +8,19 @@ not divide (their shards are padded); MIFA on 12, whose final state stays sharde
 rows of a client leaf one device holds are saved as "NAME/shard_rows"). Each RESUMED_ALGO
 also runs 3 rounds saving a checkpoint and then resumes it to 6 rounds; its outputs are
 saved under "NAME/resumed_".
+
+Imports conftest: run with tests/ on PYTHONPATH, as `conftest.device_probe` runs it.
 """
 
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import jax
+import numpy as np
 
-import jax  # noqa: E402
-import numpy as np  # noqa: E402
-
-from conftest import toy_setup  # noqa: E402
-from fedjax_bench import algorithms, engine  # noqa: E402
-from fedjax_bench.sim import participation  # noqa: E402
+from conftest import toy_setup
+from fedjax_bench import algorithms, engine
+from fedjax_bench.sim import participation
 
 COMMON = dict(client_lr=0.2, server_lr=1.0, batch_size=4)
 CASES = {

@@ -3,21 +3,20 @@
 client-steps executed, and the collectives of a summed cohort (for subprocess tests).
 
 usage: cohort_probe.py OUT.npz
+
+Imports test_local: run with tests/ on PYTHONPATH, as `conftest.device_probe` runs it.
 """
 
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax.sharding import Mesh, PartitionSpec
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-import optax  # noqa: E402
-from jax.sharding import Mesh, PartitionSpec  # noqa: E402
-
-from test_local import _slab_setup  # noqa: E402
-from fedjax_bench.core import cohort, local  # noqa: E402
+from test_local import _slab_setup
+from fedjax_bench.core import cohort, local
 
 
 def main(out):

@@ -4,19 +4,18 @@ usage: engine_probe.py OUT.npz SEEDS(comma list) [ROUNDS [KIND]]
 
 KIND "toy" (default): FedAvg on the toy problem; "stream": FedAvg over 100,000 clients whose
 data is generated on demand, 8 drawn per round by uniform_sparse.
+
+Imports conftest: run with tests/ on PYTHONPATH, as `conftest.device_probe` runs it.
 """
 
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import jax
+import numpy as np
 
-import jax  # noqa: E402
-import numpy as np  # noqa: E402
-
-from conftest import toy_setup  # noqa: E402
-from fedjax_bench import engine  # noqa: E402
-from fedjax_bench.algorithms import fedavg  # noqa: E402
+from conftest import toy_setup
+from fedjax_bench import engine
+from fedjax_bench.algorithms import fedavg
 
 
 def stream_setup():

@@ -5,14 +5,11 @@ usage: per_seed_probe.py OUT.npz SEEDS(comma list)
 """
 
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+import jax
+import numpy as np
 
-import jax  # noqa: E402
-import numpy as np  # noqa: E402
-
-from fedjax_bench import engine, experiment  # noqa: E402
+from fedjax_bench import engine, experiment
 
 # toyfl (generated per seed, pooled, with per-seed test sets) and data-correlated sine
 # availability (phi per seed). Few local steps, as engine_probe.py: with ~27 steps a round

@@ -14,9 +14,6 @@ import json
 import os
 import sys
 import time
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 
 def main(argv):

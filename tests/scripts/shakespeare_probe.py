@@ -5,13 +5,10 @@ usage: shakespeare_probe.py OUT.npz HOST_DEVICES
 """
 
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-from fedjax_bench import api  # noqa: E402
+from fedjax_bench import api
 
 SETTINGS = dict(dataset="shakespeare", model="char_lstm", lstm_hidden=16, num_clients=12,
                 participation="uniform", clients_per_round=6, local_steps=4, batch_size=8,
