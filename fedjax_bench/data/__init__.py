@@ -1,4 +1,5 @@
 """Federated datasets: ``load(name, num_clients=...)`` returns a partitioned ``Dataset``.
+Every dataset is one `register` line below (a `Source`), as every model and algorithm is.
 
 * ``synthetic``: LEAF/FedProx Synthetic(synthetic_alpha, synthetic_beta), one user per
   client (the natural split; partition must be "natural" or "iid", which mean the
