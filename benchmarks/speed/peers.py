@@ -276,6 +276,8 @@ def sequences_markdown(rows, env) -> str:
 
 def main(argv):
   del argv
+  if harness.unknown("workloads", FLAGS.workloads, [*speed.WORKLOADS, "cohorts", *COHORTS]):
+    return 2  # (logreg32, in speed's default list, is accepted and not compared)
   names = [c for w in FLAGS.workloads for c in (COHORTS if w == "cohorts" else [w])
            if c in COHORTS]
   sequences = [w for w in FLAGS.workloads if w in SEQUENCE_WORKLOADS]

@@ -23,8 +23,6 @@ Keys: client k's local key depends on (seed, round, k) only, never on the method
 who else was admitted, so FedALIGN at ε = 0 is FedAvg on P bit for bit.
 """
 
-import functools
-from types import SimpleNamespace
 
 import jax
 import jax.numpy as jnp
@@ -34,7 +32,7 @@ import optax
 from fedjax_bench.core import aggregate, client_scores, cohort, keys, rounds
 from fedjax_bench.core.rounds import ServerState
 from fedjax_bench.core.task import Task
-from fedjax_bench.core.types import FederatedAlgorithm
+from fedjax_bench.core.types import FederatedAlgorithm, Variant, variant
 from fedjax_bench.algorithms import fedavg
 from fedjax_bench.errors import UsageError
 from fedjax_bench.settings import (NON_NEGATIVE, PROBABILITY, UNIT_INTERVAL, at_least, coerce,
@@ -354,9 +352,8 @@ def _ids(ids) -> str:
   return ", ".join(map(str, ids[:20])) + (", ..." if len(ids) > 20 else "")
 
 
-def _variant(method: str, hparams: type = Hparams) -> SimpleNamespace:
-  return SimpleNamespace(Hparams=hparams, build=functools.partial(build, method=method,
-                                                                  hparams=hparams))
+def _variant(method: str, hparams: type = Hparams) -> Variant:
+  return variant(build, hparams, method=method, hparams=hparams)
 
 
 # The registry's names; the FedProx versions default --prox_mu to 1.

@@ -24,7 +24,7 @@ import optax
 
 from fedjax_bench.core import aggregate, compression, keys, memory, rounds
 from fedjax_bench.core import cohort as cohort_lib
-from fedjax_bench.core.types import FederatedAlgorithm, with_count
+from fedjax_bench.core.types import FederatedAlgorithm, Variant, variant as make_variant, with_count
 from fedjax_bench.errors import UsageError
 from fedjax_bench.settings import NON_NEGATIVE, coerce, section, setting
 
@@ -159,15 +159,9 @@ def _rows(flag, a):
   return flag.reshape(flag.shape + (1,) * (a.ndim - 1))
 
 
-class Variant(NamedTuple):
-  Hparams: type
-  build: Any
-
-
 def variant(name: str, *, server_opt=None, error_feedback=None) -> Variant:
-  return Variant(AmsHparams if server_opt == "amsgrad" else Hparams,
-                 lambda task, world, hp: build(task, world, hp, server_opt=server_opt,
-                                               error_feedback=error_feedback, name=name))
+  return make_variant(build, AmsHparams if server_opt == "amsgrad" else Hparams,
+                      server_opt=server_opt, error_feedback=error_feedback, name=name)
 
 
 fedsgd = variant("fedsgd", server_opt="sgd")

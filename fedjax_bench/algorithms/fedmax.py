@@ -19,15 +19,13 @@ Algorithm 1 with loss-aware aggregation weights. Each round t:
      is the paper's).
 """
 
-import functools
-from types import SimpleNamespace
 
 import jax.numpy as jnp
 
 from fedjax_bench.core import loss_weights, rounds
 from fedjax_bench.core.rounds import ServerState
 from fedjax_bench.core.task import Task
-from fedjax_bench.core.types import FederatedAlgorithm, with_count
+from fedjax_bench.core.types import FederatedAlgorithm, variant, with_count
 from fedjax_bench.errors import UsageError
 from fedjax_bench.settings import NON_NEGATIVE, POSITIVE, PROBABILITY, coerce, section, setting
 from fedjax_bench.sim.world import World
@@ -131,8 +129,6 @@ def alpha_name(i: int) -> str:
 
 
 # The registry's names: one module per strategy would repeat the round above.
-fedmax = SimpleNamespace(Hparams=Hparams, build=functools.partial(build, strategy="fedmax"))
-fedmax_k = SimpleNamespace(Hparams=TopKHparams,
-                           build=functools.partial(build, strategy="fedmax_k"))
-fedsoftmax = SimpleNamespace(Hparams=SoftmaxHparams,
-                             build=functools.partial(build, strategy="fedsoftmax"))
+fedmax = variant(build, Hparams, strategy="fedmax")
+fedmax_k = variant(build, TopKHparams, strategy="fedmax_k")
+fedsoftmax = variant(build, SoftmaxHparams, strategy="fedsoftmax")

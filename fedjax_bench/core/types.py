@@ -1,5 +1,6 @@
 """The algorithm contract: a bundle of pure functions, like optax's transforms."""
 
+import functools
 from typing import Any, Callable, NamedTuple, Optional
 
 import jax
@@ -21,6 +22,19 @@ class FederatedAlgorithm(NamedTuple):
   # Personalized algorithms: every client's own model ([num_clients, ...] leaves, this
   # device's rows of the client states), scored on each client's own test data.
   personal_params: Optional[Callable[[ServerState, ClientStates], Params]] = None
+
+
+class Variant(NamedTuple):
+  """One of the algorithms of a module that holds several (FedALIGN's methods, Fed-EF's
+  optimizers, the loss-aware strategies): its settings class and ``build(task, world,
+  hp)``, registered by `algorithms.register` as a module is."""
+  Hparams: type
+  build: Callable
+
+
+def variant(build: Callable, settings_class: type, /, **fixed) -> Variant:
+  """The `Variant` of ``build`` with the keyword arguments ``fixed`` that name it."""
+  return Variant(settings_class, functools.partial(build, **fixed))
 
 
 def params_to_evaluate(alg: FederatedAlgorithm, server, clients) -> Params:
