@@ -34,7 +34,7 @@ from fedjax_bench.errors import UsageError
 from fedjax_bench.results import History
 
 # Whether `run` shards client states over the mesh's "clients" axis (False: replicated on
-# every device of that axis, as before; benchmarks/sharded_state.py compares the two).
+# every device of that axis, as before; benchmarks/speed/sharded_state.py compares the two).
 SHARD_CLIENT_STATE = True
 
 # build(hp) -> FederatedAlgorithm; with per-run data (`run(..., run_data=)`),

@@ -61,7 +61,8 @@ def main(argv):
            "S(n, d) = a + b·n + c·d + e·n·d bytes for n clients and d parameters, fitted "
            "exactly from `jax.eval_shape` of each algorithm's `init` "
            "(`python -m benchmarks.speed.memory_model`). Multiply by the runs a device holds "
-           "(seeds × grid points / devices); add the data and the round's working set (`core/memory.py`).",
+           "(seeds × grid points / devices); add the data and the round's working set "
+           "(`core/memory.py`).",
            "", "| algorithm | bytes per client per parameter (e) | bytes per client (b) | "
            "server bytes per parameter (c) |", "|---|---:|---:|---:|"]
   for r in rows:
