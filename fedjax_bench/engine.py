@@ -26,8 +26,8 @@ from fedjax_bench import compile_cache
 from fedjax_bench import settings
 from fedjax_bench.run_settings import RunSettings
 from fedjax_bench.core import cohort, keys
-from fedjax_bench.core import run_data as run_data_lib
-from fedjax_bench.core.task import Task
+from fedjax_bench.task import run_data as run_data_lib
+from fedjax_bench.task.task import Task
 from fedjax_bench.core.types import (FederatedAlgorithm, count_name, is_count,
                                      params_to_evaluate)
 from fedjax_bench.errors import UsageError

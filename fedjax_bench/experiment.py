@@ -15,9 +15,10 @@ import numpy as np
 from fedjax_bench import algorithms, data
 from fedjax_bench import config as config_lib
 from fedjax_bench.config import Config
-from fedjax_bench.core import asynchronous, optimum
-from fedjax_bench.core import run_data as run_data_lib
-from fedjax_bench.core.task import Task, make_per_seed_task, make_task
+from fedjax_bench.algorithms import asynchronous
+from fedjax_bench.task import optimum
+from fedjax_bench.task import run_data as run_data_lib
+from fedjax_bench.task.task import Task, make_per_seed_task, make_task
 from fedjax_bench.core.types import FederatedAlgorithm
 from fedjax_bench.data import priority as priority_lib
 from fedjax_bench.data import holdout

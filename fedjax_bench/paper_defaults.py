@@ -14,7 +14,7 @@ import types
 import numpy as np
 
 from fedjax_bench import algorithms
-from fedjax_bench.core import asynchronous
+from fedjax_bench.algorithms import asynchronous
 from fedjax_bench.data import per_seed as per_seed_lib
 from fedjax_bench.errors import UsageError
 from fedjax_bench.sim import asynchrony

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from fedjax_bench import algorithms, engine, settings
-from fedjax_bench.core import asynchronous, keys
+from fedjax_bench.core import keys
+from fedjax_bench.algorithms import asynchronous
 from fedjax_bench.errors import UsageError
 from fedjax_bench.sim import asynchrony, participation, world as world_lib
 from test_async_reference import Problem, init_key, make_world, regression_task, round_key

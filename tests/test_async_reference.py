@@ -16,8 +16,9 @@ import pytest
 from flax import linen as nn
 
 from fedjax_bench import algorithms
-from fedjax_bench.core import asynchronous, keys
-from fedjax_bench.core.task import make_task
+from fedjax_bench.core import keys
+from fedjax_bench.algorithms import asynchronous
+from fedjax_bench.task.task import make_task
 from fedjax_bench.data.federated import Dataset, FederatedData
 from fedjax_bench.sim import asynchrony, participation, world as world_lib
 

@@ -11,7 +11,7 @@ whose files are generated or local):
      the package; a bare file name (`compile_cache.py`) exists somewhere under
      fedjax_bench/, benchmarks/ or tests/;
    - a dotted name whose first part is a module of the package (`rounds.static`,
-     `claims.store.config_key`, `core/asynchronous.Method`, `fedjax_bench.run`) is an
+     `claims.store.config_key`, `algorithms/asynchronous.Method`, `fedjax_bench.run`) is an
      attribute of that module; one whose first part is a class or function the package
      defines (`Task.for_run`, `ServerState.aux`) is an attribute or field of it. A call's
      arguments are ignored (`config.resolve(values)` is `config.resolve`). Dotted names of
@@ -314,7 +314,7 @@ def name_problems(doc: str, text: str) -> list[str]:
       if "/" in token and token.split("/")[0] not in TOP_DIRS:
         continue  # another repository's path
       if ext and ext not in FILE_EXTENSIONS and ext != "py" and "::" not in token:
-        why = dotted_problem(token.replace("/", "."), token)  # core/asynchronous.Method
+        why = dotted_problem(token.replace("/", "."), token)  # algorithms/asynchronous.Method
       elif PATH.match(token):
         why = path_problem(token)
     elif DOTTED.match(token):
@@ -416,7 +416,7 @@ def test_the_checks_pass_names_that_exist_and_prose():
   text = """
 Names: `rounds.static`, `claims.store.config_key`, `store.config_key`, `core/local.py`,
 `fedjax_bench/core/local.py`, `local.train_cohort(task, world)`, `compile_cache.py`,
-`core/asynchronous.Method(init, ingest, aggregate)`, `Task.for_run`, `ServerState.aux`,
+`algorithms/asynchronous.Method(init, ingest, aggregate)`, `Task.for_run`, `ServerState.aux`,
 `paper_defaults.HETERO_AGG_DEFAULTS`, `fedjax_bench.run(algo=...)`, `results/speed/`,
 `tests/test_keys.py`, `algorithms/NAME.py`, `results/PAPER/REPORT.md`, `config.json`,
 `jax.random`, `np.savez`, `tf.keras.optimizers.Adam`, `--client_lr`, `--noerror_feedback`,

@@ -10,7 +10,7 @@ from flax import linen as nn
 from conftest import toy_setup
 from fedjax_bench.algorithms import fedavg
 from fedjax_bench.core import keys, local
-from fedjax_bench.core.task import make_task
+from fedjax_bench.task.task import make_task
 from fedjax_bench.data.federated import Dataset, FederatedData
 from fedjax_bench.sim import participation, world as world_lib
 

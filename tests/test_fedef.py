@@ -20,7 +20,7 @@ from conftest import toy_dataset, toy_setup
 from fedjax_bench import engine, models, settings
 from fedjax_bench.algorithms import fedavg, fedef
 from fedjax_bench.core import compression, keys, memory, rounds
-from fedjax_bench.core.task import make_task
+from fedjax_bench.task.task import make_task
 from fedjax_bench.data.federated import Dataset, FederatedData
 from fedjax_bench.errors import UsageError
 from fedjax_bench.sim import participation, world as world_lib

@@ -27,7 +27,7 @@ import pytest
 from conftest import shared_tfds_dir
 from fedjax_bench import engine, models
 from fedjax_bench.algorithms import fedef
-from fedjax_bench.core.task import make_task
+from fedjax_bench.task.task import make_task
 from fedjax_bench.data import partition as partition_lib
 from fedjax_bench.data.federated import Dataset, FederatedData
 from fedjax_bench.data.tfds_data import load_arrays

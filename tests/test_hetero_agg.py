@@ -12,7 +12,7 @@ from conftest import toy_setup
 from fedjax_bench import models
 from fedjax_bench.algorithms import fedavg, fedmax, fednova
 from fedjax_bench.core import loss_weights as lw
-from fedjax_bench.core.task import make_task
+from fedjax_bench.task.task import make_task
 from fedjax_bench.data import partition
 from fedjax_bench.data.federated import Dataset, FederatedData
 from fedjax_bench.errors import UsageError

@@ -14,6 +14,7 @@ LAYERS = [
     ("sim",),                                            # the simulated world
     ("data",),
     ("models",),
+    ("task",),                                           # data + model + evaluation
     ("algorithms",),
     ("run_settings", "paper_defaults", "config", "flags"),  # configuration
     ("results", "console", "tensorboard"),               # output
@@ -22,13 +23,8 @@ LAYERS = [
     ("cli", "__main__", "claims", "reference", "__init__"),
 ]
 RANK = {unit: i for i, units in enumerate(LAYERS) for unit in units}
-# Known upward imports, to go when core/task.py, core/optimum.py, core/asynchronous.py
-# and core/run_data.py move to the layers they belong to (issue: folders that are the
-# architecture). None may be added.
-KNOWN = {
-    ("core/asynchronous.py", "sim"), ("core/task.py", "data"), ("core/optimum.py", "data"),
-    ("core/optimum.py", "models"), ("core/run_data.py", "sim"),
-}
+# Upward imports that are known and allowed (none: add none).
+KNOWN = set()
 
 
 def _unit(path: Path) -> str:

@@ -7,7 +7,7 @@ import pytest
 
 from fedjax_bench import models
 from fedjax_bench.algorithms import fedavg
-from fedjax_bench.core.task import make_task
+from fedjax_bench.task.task import make_task
 from fedjax_bench.data.federated import Dataset, FederatedData
 from fedjax_bench.errors import UsageError
 from fedjax_bench.sim import participation

@@ -1,4 +1,4 @@
-"""core/optimum.py: the L-BFGS f* against a NumPy Newton solve, the closed form, the cache."""
+"""task/optimum.py: the L-BFGS f* against a NumPy Newton solve, the closed form, the cache."""
 
 import time
 
@@ -8,8 +8,8 @@ import pytest
 from conftest import shared_tfds_dir, toy_dataset
 
 from fedjax_bench import data, models
-from fedjax_bench.core import optimum
-from fedjax_bench.core.task import make_task
+from fedjax_bench.task import optimum
+from fedjax_bench.task.task import make_task
 from fedjax_bench.data.federated import Dataset, FederatedData
 
 

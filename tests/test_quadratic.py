@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from fedjax_bench import data, models
-from fedjax_bench.core import optimum
-from fedjax_bench.core.task import make_task
+from fedjax_bench.task import optimum
+from fedjax_bench.task.task import make_task
 from fedjax_bench.data import quadratic
 from fedjax_bench.errors import UsageError
 

@@ -20,7 +20,7 @@ from conftest import toy_setup
 from fedjax_bench import algorithms, engine, models
 from fedjax_bench.algorithms import fedau
 from fedjax_bench.core import keys
-from fedjax_bench.core.task import make_task
+from fedjax_bench.task.task import make_task
 from fedjax_bench.data.federated import Dataset, FederatedData
 from fedjax_bench.sim import participation, world as world_lib
 

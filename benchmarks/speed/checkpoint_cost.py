@@ -37,7 +37,7 @@ def setup(algo: str, local_steps: int):
   """(build, task, hparams, num_clients)."""
   import numpy as np
   from fedjax_bench import algorithms, models
-  from fedjax_bench.core import task as task_lib
+  from fedjax_bench.task import task as task_lib
   from fedjax_bench.data import stream
   from fedjax_bench.sim import availability, participation, world as world_lib
   del algorithms

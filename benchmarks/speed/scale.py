@@ -54,7 +54,7 @@ def setup(name: str):
   import numpy as np
   from fedjax_bench import models
   from fedjax_bench.algorithms import fedavg, fedawe
-  from fedjax_bench.core import task as task_lib
+  from fedjax_bench.task import task as task_lib
   from fedjax_bench.data import stream
   from fedjax_bench.sim import availability, participation, world as world_lib
 

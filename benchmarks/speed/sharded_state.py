@@ -34,7 +34,7 @@ def setup(n: int):
   import numpy as np
   from fedjax_bench import models
   from fedjax_bench.algorithms import mifa
-  from fedjax_bench.core import task as task_lib
+  from fedjax_bench.task import task as task_lib
   from fedjax_bench.data import stream
   from fedjax_bench.sim import participation, world as world_lib
   model = models.make("mlp", num_classes=10, is_image=False, mlp_hidden=(HIDDEN,))

@@ -58,7 +58,7 @@ import optax  # noqa: E402
 from benchmarks.speed import harness, workloads  # noqa: E402
 from fedjax_bench.algorithms import fedavg  # noqa: E402
 from fedjax_bench.core import client_map  # noqa: E402
-from fedjax_bench.core import task as task_lib  # noqa: E402
+from fedjax_bench.task import task as task_lib  # noqa: E402
 from fedjax_bench.data import text  # noqa: E402
 from fedjax_bench.data.federated import Dataset, FederatedData  # noqa: E402
 from fedjax_bench.models import char_lstm  # noqa: E402

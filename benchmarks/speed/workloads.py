@@ -4,7 +4,7 @@ benchmarks (no flags here)."""
 import numpy as np
 
 from fedjax_bench import models
-from fedjax_bench.core import task as task_lib
+from fedjax_bench.task import task as task_lib
 from fedjax_bench.data import text
 from fedjax_bench.data.federated import Dataset, FederatedData
 from fedjax_bench.models.settings import ModelSettings

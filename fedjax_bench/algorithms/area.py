@@ -21,7 +21,7 @@ the model it receives. The server stores no per-client state.
 import jax
 import jax.numpy as jnp
 
-from fedjax_bench.core import asynchronous
+from fedjax_bench.algorithms import asynchronous
 from fedjax_bench.core.types import FederatedAlgorithm
 from fedjax_bench.settings import NON_NEGATIVE, coerce, section, setting
 

@@ -12,7 +12,7 @@ clients that report more often.
 import jax
 import jax.numpy as jnp
 
-from fedjax_bench.core import asynchronous
+from fedjax_bench.algorithms import asynchronous
 from fedjax_bench.core.types import FederatedAlgorithm
 from fedjax_bench.settings import coerce, section, setting
 

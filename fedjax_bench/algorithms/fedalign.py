@@ -31,7 +31,7 @@ import optax
 
 from fedjax_bench.core import aggregate, client_scores, cohort, keys, rounds
 from fedjax_bench.core.rounds import ServerState
-from fedjax_bench.core.task import Task
+from fedjax_bench.task.task import Task
 from fedjax_bench.core.types import FederatedAlgorithm, Variant, variant
 from fedjax_bench.algorithms import fedavg
 from fedjax_bench.errors import UsageError

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 
 from fedjax_bench.core import aggregate, rounds
 from fedjax_bench.core.rounds import ServerState
-from fedjax_bench.core.task import Task
+from fedjax_bench.task.task import Task
 from fedjax_bench.core.types import FederatedAlgorithm
 from fedjax_bench.settings import coerce, section, setting
 from fedjax_bench.sim.world import World

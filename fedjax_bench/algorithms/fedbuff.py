@@ -12,7 +12,7 @@ server_lr. Clients that report more often pull x_s toward their own optimum.
 import jax
 import jax.numpy as jnp
 
-from fedjax_bench.core import asynchronous
+from fedjax_bench.algorithms import asynchronous
 from fedjax_bench.core.types import FederatedAlgorithm
 from fedjax_bench.core.server_opt import ServerLr
 from fedjax_bench.settings import coerce, section, setting

@@ -24,7 +24,7 @@ import jax.numpy as jnp
 
 from fedjax_bench.core import loss_weights, rounds
 from fedjax_bench.core.rounds import ServerState
-from fedjax_bench.core.task import Task
+from fedjax_bench.task.task import Task
 from fedjax_bench.core.types import FederatedAlgorithm, variant, with_count
 from fedjax_bench.errors import UsageError
 from fedjax_bench.settings import NON_NEGATIVE, POSITIVE, PROBABILITY, coerce, section, setting

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 
 from fedjax_bench.core import aggregate, loss_weights, rounds
 from fedjax_bench.core.rounds import ServerState
-from fedjax_bench.core.task import Task
+from fedjax_bench.task.task import Task
 from fedjax_bench.core.types import FederatedAlgorithm
 from fedjax_bench.settings import coerce
 from fedjax_bench.sim.world import World

@@ -14,7 +14,7 @@ small stepsize. (`mifa` is the round-based baseline of the FedAWE paper.)
 import jax
 import jax.numpy as jnp
 
-from fedjax_bench.core import asynchronous
+from fedjax_bench.algorithms import asynchronous
 from fedjax_bench.core.types import FederatedAlgorithm
 from fedjax_bench.settings import coerce
 

@@ -20,7 +20,8 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from fedjax_bench.core import aggregate, asynchronous, keys, local, rounds
+from fedjax_bench.core import aggregate, keys, local, rounds
+from fedjax_bench.algorithms import asynchronous
 from fedjax_bench.core.types import FederatedAlgorithm, with_count
 from fedjax_bench.errors import UsageError
 from fedjax_bench.settings import POSITIVE, coerce, section, setting

@@ -14,7 +14,7 @@ penalty.
 Keys: the init key's "local_optimum" purpose (`keys.for_purpose`), then one key per client (`keys.per_client`), whose "local_sampling"
 sub-purpose draws that client's minibatches. The rounds' keys are untouched.
 
-Not cached on disk, unlike f* (core/optimum.py): with --data_per_seed a run's partition
+Not cached on disk, unlike f* (task/optimum.py): with --data_per_seed a run's partition
 reaches the algorithm only as a traced view inside the engine's program, so the estimate
 is computed there, once per run, from that run's own data.
 """

@@ -5,6 +5,7 @@ import os
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from fedjax_bench.errors import UsageError
 
@@ -43,7 +44,7 @@ def estimate(build, task, hparams: dict, world, num_runs: int, num_devices: int,
     replicated on every device;
   * ``state_per_run``: the server and client states (`init`), which the engine keeps for
     every run (seed x grid point) on the device that owns it, and with --data_per_seed
-    the run's own index maps and world arrays (``run_data``, `core/run_data.py`). The
+    the run's own index maps and world arrays (``run_data``, `task/run_data.py`). The
     client states count only the rows one device holds: the engine shards them over the
     devices that runs leave over (``client_devices``, `engine.run_sharding`), ceil(N / d)
     rows each (``client_state_per_run``);
@@ -78,9 +79,9 @@ def estimate(build, task, hparams: dict, world, num_runs: int, num_devices: int,
       cohort.rows_per_device(a.shape[0], client_devices) * math.prod(a.shape[1:])
       * jnp.dtype(a.dtype).itemsize for a in jax.tree.leaves(clients))
   state = tree_bytes(server) + client_state
-  if run_data is not None:
-    from fedjax_bench.core import run_data as run_data_lib
-    state += run_data_lib.nbytes_per_run(run_data)
+  if run_data is not None:  # each run holds one row of its seed's data (--data_per_seed)
+    rows = max(len(np.asarray(run_data.seed)), 1)
+    state += sum(np.asarray(a).nbytes for a in jax.tree.leaves(run_data)) // rows
   return {"data": data, "state_per_run": state, "round_per_run": working,
           "runs_per_device": runs_here, "params": params,
           "client_state_per_run": client_state, "client_devices": client_devices,

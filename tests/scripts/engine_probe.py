@@ -20,7 +20,7 @@ from fedjax_bench.algorithms import fedavg
 
 def stream_setup():
   from fedjax_bench import models
-  from fedjax_bench.core import task as task_lib
+  from fedjax_bench.task import task as task_lib
   from fedjax_bench.data import stream
   from fedjax_bench.sim import participation, world as world_lib
   n = 100_000

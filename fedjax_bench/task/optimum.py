@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from fedjax_bench.core.task import Optimum, Task, with_optimum
+from fedjax_bench.task.task import Optimum, Task, with_optimum
 from fedjax_bench.data.federated import pixels_to_float
 from fedjax_bench.data.tfds_data import resolve_cache_dir
 from fedjax_bench.models.dense import Linear

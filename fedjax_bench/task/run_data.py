@@ -6,7 +6,7 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 
-from fedjax_bench.core.task import TaskView
+from fedjax_bench.task.task import TaskView
 from fedjax_bench.sim.world import WorldView
 
 
@@ -24,7 +24,3 @@ def for_runs(data: RunData, num_points: int) -> RunData:
                       data)
 
 
-def nbytes_per_run(data: RunData) -> int:
-  """Bytes of one row: what each run holds on its device."""
-  seeds = max(len(np.asarray(data.seed)), 1)
-  return sum(np.asarray(a).nbytes for a in jax.tree.leaves(data)) // seeds

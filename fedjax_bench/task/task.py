@@ -354,7 +354,7 @@ def make_task(dataset: Dataset, model: nn.Module, *, train_eval_examples: int = 
   With ``loss_type="squared_error"`` labels are float targets and accuracy is NaN.
   ``augment``: apply the dataset's training augmentation (``dataset.augmentation``).
   ``l2``: the penalty (l2/2)||params||² in the training loss and in train_loss.
-  ``optimum``: see `with_optimum` (core/optimum.py computes one).
+  ``optimum``: see `with_optimum` (task/optimum.py computes one).
   With priority clients (``dataset.priority``), train_loss is scored on their examples.
   """
   options = _task_options(dataset, loss_type=loss_type, augment=augment,
