@@ -590,6 +590,8 @@ def environment_info() -> dict[str, Any]:
       'python': sys.version.split()[0],
       'platform': platform.platform(),
       'host': socket.gethostname(),
+      'cores': (len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity')
+                else os.cpu_count()),
   }
   for module in ('jax', 'jaxlib', 'flax', 'optax', 'numpy'):
     info[module] = _version(module)

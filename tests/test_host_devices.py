@@ -29,12 +29,19 @@ def _run(out, algo, devices=None, one_core: bool = False) -> str:
   env["JAX_PLATFORMS"] = "cpu"
   if devices is not None:
     env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
-  core = min(os.sched_getaffinity(0))
-  pin = (lambda: os.sched_setaffinity(0, {core})) if one_core else None
-  r = subprocess.run([sys.executable, RUN, f"--algo={algo}", *ARGS, f"--output_dir={out}"],
-                     env=env, preexec_fn=pin, capture_output=True, text=True, timeout=300)
+  args = [f"--algo={algo}", *ARGS, f"--output_dir={out}"]
+  cmd = [sys.executable, RUN, *args]
+  if one_core:  # the child pins itself before JAX starts (no fork of this threaded process)
+    core = min(os.sched_getaffinity(0))
+    cmd = [sys.executable, "-c", "import os, runpy, sys; os.sched_setaffinity(0, {%d}); "
+           "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')" % core,
+           RUN, *args]
+  r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
   assert r.returncode == 0, r.stderr[-2000:]
-  assert json.loads((out / "config.json").read_text())["layout"] == "2 cpu devices"
+  recorded = json.loads((out / "config.json").read_text())
+  assert recorded["layout"] == "2 cpu devices"
+  if one_core:
+    assert recorded["environment"]["cores"] == 1
   return (out / "metrics.csv").read_text()
 
 

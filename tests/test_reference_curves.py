@@ -10,7 +10,9 @@
   on 2 devices, each cohort split over the other 2):
   - same seed, same curves: the two passes are bitwise equal, for every algorithm;
   - within reference.CROSS_DEVICE_RTOL of this session's 1-device curves
-    (docs/design.md, "Devices and reproducibility": device counts agree to ~1e-6, not bitwise).
+    (docs/design.md, "Devices and reproducibility": layouts agree to ~1e-6, not bitwise);
+  - and once more laid out on its first device alone: bitwise this session's 1-device
+    curves (the same layout in a process of 4 devices).
 
 The subprocess starts with the first 1-device test and runs beside them (one core each).
 After an intended change of the numbers: python -m benchmarks.tools.update_references
@@ -36,7 +38,8 @@ REGENERATE = ("regenerate with `python -m benchmarks.tools.update_references --a
               "the change is intended")
 
 FOUR_DEVICE_TESTS = ("test_same_seed_same_curves_on_four_devices",
-                     "test_four_devices_match_one_device")
+                     "test_four_devices_match_one_device",
+                     "test_the_one_device_layout_is_bitwise_the_same_in_a_four_device_process")
 _one_device = {}
 
 
@@ -65,7 +68,7 @@ def four_devices(request, tmp_path_factory):
   # too), else one of its own: either way the second pass loads the first one's executables.
   cache = compile_cache.directory() or tmp / "xla_cache"
   proc = subprocess.Popen([sys.executable, str(PROBE), str(out), "--repeat=2",
-                           f"--cache_dir={cache}", *names],
+                           f"--cache_dir={cache}", "--first_device", *names],
                           cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
   result = {}
 
@@ -181,6 +184,17 @@ def test_same_seed_same_curves_on_four_devices(name, four_devices):
   assert first["rounds"] == second["rounds"]
   for metric in reference.METRICS:
     assert first[metric] == second[metric], (name, metric)  # bitwise: floats from JSON
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_one_device_layout_is_bitwise_the_same_in_a_four_device_process(name,
+                                                                            four_devices):
+  # A run's numbers follow its layout, not the machine's device count (host_devices.py).
+  there = four_devices()["first_device"][name]
+  here = one_device(name)
+  assert there["rounds"] == here["rounds"]
+  for metric in reference.METRICS:
+    assert there[metric] == here[metric], (name, metric)  # bitwise: floats from JSON
 
 
 @pytest.mark.parametrize("name", NAMES)
