@@ -20,7 +20,7 @@ LAYERS = [
     ("results", "console", "tensorboard"),               # output
     ("compile_cache", "host_devices", "checkpoint", "engine", "experiment"),  # execution
     ("api",),
-    ("cli", "__main__", "claims", "reference", "__init__"),
+    ("cli", "__main__", "claims", "__init__"),
 ]
 RANK = {unit: i for i, units in enumerate(LAYERS) for unit in units}
 # Upward imports that are known and allowed (none: add none).

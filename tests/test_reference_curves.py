@@ -1,5 +1,5 @@
 """Reference convergence curves: every algorithm's small fixed run
-(fedjax_bench/reference.py) against the curves committed in results/reference/.
+(benchmarks/tools/reference.py) against the curves committed in results/reference/.
 
 * One CPU device, in this process: within reference.RTOL / ATOL of the committed curves.
 * The committed curves of a run started from parameters perturbed by
@@ -29,7 +29,8 @@ import numpy as np
 import pytest
 
 from conftest import REPO
-from fedjax_bench import algorithms, compile_cache, reference
+from benchmarks.tools import reference
+from fedjax_bench import algorithms, compile_cache
 
 PROBE = Path(__file__).parent / "scripts" / "reference_probe.py"
 NAMES = list(algorithms.ALGORITHMS)
@@ -62,7 +63,8 @@ def four_devices(request, tmp_path_factory):
   tmp = tmp_path_factory.mktemp("reference_4dev")
   out, log_path = tmp / "curves.json", tmp / "log.txt"
   env = {k: v for k, v in os.environ.items() if k != "FEDJAX_BENCH_HOST_DEVICES"}
-  env.update(XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
+  env.update(XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu",
+             PYTHONPATH=str(REPO))  # the probe imports benchmarks.tools.reference
   log = open(log_path, "w")
   # The suite's compilation cache when it has one (a warm suite loads the probe's programs
   # too), else one of its own: either way the second pass loads the first one's executables.

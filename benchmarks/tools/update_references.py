@@ -4,7 +4,7 @@
   python -m benchmarks.tools.update_references --algos=fedavg,area
   python -m benchmarks.tools.update_references --check  # compare only; exit 1 if outside
 
-Each algorithm's reference config (fedjax_bench/reference.py) runs on one CPU device. Before
+Each algorithm's reference config (benchmarks/tools/reference.py) runs on one CPU device. Before
 anything is written, every algorithm and metric prints the largest absolute and relative
 difference against the committed file and whether it is within reference.RTOL / ATOL, and
 how far a start perturbed by reference.PERTURBATION moves the new curves (a configuration
@@ -19,7 +19,8 @@ import os
 import sys
 import tempfile
 
-from fedjax_bench import algorithms, compile_cache, reference, results
+from benchmarks.tools import reference
+from fedjax_bench import algorithms, compile_cache, results
 
 
 def parse(argv):

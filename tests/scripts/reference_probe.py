@@ -1,4 +1,4 @@
-"""Reruns reference configs (fedjax_bench/reference.py) and saves their curves as JSON (for
+"""Reruns reference configs (benchmarks/tools/reference.py) and saves their curves as JSON (for
 the subprocess tests of tests/test_reference_curves.py, which set the device count).
 
 usage: reference_probe.py OUT.json [--repeat=N] [--cache_dir=DIR] [--first_device] [NAME ...]
@@ -30,7 +30,8 @@ def main(argv):
     else:
       names.append(arg)
   import jax
-  from fedjax_bench import compile_cache, reference
+  from benchmarks.tools import reference
+  from fedjax_bench import compile_cache
   if cache_dir:
     os.environ[compile_cache.ENV] = cache_dir
     compile_cache.enable()

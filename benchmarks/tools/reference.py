@@ -40,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
-REFERENCE_DIR = Path(__file__).resolve().parents[1] / "results" / "reference"
+REFERENCE_DIR = Path(__file__).resolve().parents[2] / "results" / "reference"
 METRICS = ("test_accuracy", "test_loss", "train_loss")
 SEEDS = (0, 1)
 RTOL, ATOL = 1e-4, 1e-5
