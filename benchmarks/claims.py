@@ -41,7 +41,8 @@ if not __package__:
 
 from absl import flags  # noqa: E402
 
-from fedjax_bench import cli, results  # noqa: E402
+from fedjax_bench import cli  # noqa: E402
+from fedjax_bench.output import results  # noqa: E402
 from fedjax_bench.claims import paper as paper_lib, store  # noqa: E402
 from fedjax_bench.errors import UsageError  # noqa: E402
 from benchmarks import papers  # noqa: E402

@@ -23,9 +23,10 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from fedjax_bench import checkpoint, compile_cache, config as config_lib, flags, results
+from fedjax_bench import checkpoint, compile_cache, config as config_lib, flags
+from fedjax_bench.output import results
 from fedjax_bench import host_devices, paper_defaults, settings
-from fedjax_bench import console
+from fedjax_bench.output import console
 from fedjax_bench.config import Config
 from fedjax_bench.errors import UsageError
 
@@ -159,7 +160,7 @@ def _execute(cfg: Config, seeds: list[int], grid: list[dict], progress: bool, ar
     raise UsageError("--resume and --overwrite contradict each other: --resume continues the "
                      "run in OUTPUT_DIR, --overwrite starts it over; give one")
   if out_cfg.tensorboard and out is not None:
-    from fedjax_bench import tensorboard
+    from fedjax_bench.output import tensorboard
     tensorboard.check_installed()
   if out is not None:
     _inspect_output(out, cfg, fingerprint)  # its refusals come before the data loads

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from fedjax_bench import results
+from fedjax_bench.output import results
 from fedjax_bench.errors import UsageError
 
 FORMAT = 1

@@ -31,7 +31,7 @@ from fedjax_bench.task.task import Task
 from fedjax_bench.core.types import (FederatedAlgorithm, count_name, is_count,
                                      params_to_evaluate)
 from fedjax_bench.errors import UsageError
-from fedjax_bench.results import History
+from fedjax_bench.output.results import History
 
 # Whether `run` shards client states over the mesh's "clients" axis (False: replicated on
 # every device of that axis, as before; benchmarks/speed/sharded_state.py compares the two).

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from conftest import toy_setup
-from fedjax_bench import algorithms, engine, results
+from fedjax_bench import algorithms, engine
+from fedjax_bench.output import results
 from fedjax_bench.core import types
 from fedjax_bench.sim import participation
 from test_async_reference import Problem, init_key, make_world, regression_task, round_key

@@ -99,7 +99,7 @@ def test_default_job_writes_the_results_contract(tmp_path):
   assert r.returncode == 0, r.stderr
   progress = [l for l in r.stdout.splitlines() if l.startswith("round ")]
   assert len(progress) == 2 and "rounds/s" in progress[0] and "ETA" in progress[0]
-  from fedjax_bench.console import rate
+  from fedjax_bench.output.console import rate
   assert rate(12.34) == "12.3 rounds/s" and rate(0.25) == "4.0 s/round"
   assert {p.name for p in out.iterdir()} >= {"config.json", "metrics.csv", "summary.json",
                                              "curves.png", "partition.json"}

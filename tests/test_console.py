@@ -1,9 +1,10 @@
-"""fedjax_bench.console: the progress line and the final lines of a run, on constructed
+"""fedjax_bench.output.console: the progress line and the final lines of a run, on constructed
 progress and summaries (no training)."""
 
 import numpy as np
 
-from fedjax_bench import console, engine, results
+from fedjax_bench import engine
+from fedjax_bench.output import console, results
 
 
 def _progress(metrics, grid=None):

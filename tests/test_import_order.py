@@ -17,7 +17,7 @@ LAYERS = [
     ("task",),                                           # data + model + evaluation
     ("algorithms",),
     ("run_settings", "paper_defaults", "config", "flags"),  # configuration
-    ("results", "console", "tensorboard"),               # output
+    ("output",),                                         # files, plots, terminal lines
     ("compile_cache", "host_devices", "checkpoint", "engine", "experiment"),  # execution
     ("api",),
     ("cli", "__main__", "claims", "__init__"),

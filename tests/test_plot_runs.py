@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from conftest import REPO
-from fedjax_bench import results
+from fedjax_bench.output import results
 
 
 PLOT_RUNS = [sys.executable, "-m", "benchmarks.tools.plot_runs"]

@@ -1,4 +1,4 @@
-"""Tests for fedjax_bench.results: atomic writes, the summary contract, csv and plots."""
+"""Tests for fedjax_bench.output.results: atomic writes, the summary contract, csv and plots."""
 
 import csv
 import json
@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 
-from fedjax_bench import results
+from fedjax_bench.output import results
 from fedjax_bench.errors import UsageError
 
 PNG_MAGIC = b'\x89PNG\r\n\x1a\n'

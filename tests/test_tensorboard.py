@@ -8,9 +8,9 @@ import sys
 import numpy as np
 import pytest
 
-from fedjax_bench import tensorboard
+from fedjax_bench.output import tensorboard
 from fedjax_bench.errors import UsageError
-from fedjax_bench.results import History
+from fedjax_bench.output.results import History
 
 
 def _crc32c_table():

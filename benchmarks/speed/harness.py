@@ -15,7 +15,7 @@ import statistics
 import sys
 from typing import Callable, Optional, Sequence
 
-from fedjax_bench import results
+from fedjax_bench.output import results
 
 
 def cpu_model() -> str:

@@ -16,7 +16,8 @@ from absl import flags
 import jax
 import numpy as np
 
-from fedjax_bench import algorithms, config, data, experiment, results
+from fedjax_bench import algorithms, config, data, experiment
+from fedjax_bench.output import results
 from fedjax_bench.core import memory
 
 FLAGS = flags.FLAGS

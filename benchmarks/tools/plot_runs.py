@@ -16,7 +16,7 @@ import sys
 from absl import app, flags
 import numpy as np
 
-from fedjax_bench import results
+from fedjax_bench.output import results
 
 flags.DEFINE_list("runs", None, "Run directories (each with metrics.csv).", required=True)
 flags.DEFINE_list("labels", None, "Legend labels, one per run (default: directory names).")

@@ -188,7 +188,7 @@ def plot(paper: Paper, records: dict, root: str = "results") -> list[str]:
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
   import numpy as np
-  from fedjax_bench import results
+  from fedjax_bench.output import results
   written = []
   os.makedirs(paper.directory(root), exist_ok=True)
   for fig_decl in paper.figures:

@@ -17,7 +17,7 @@ import subprocess
 import time
 from typing import Any, Mapping, Optional
 
-from fedjax_bench import results
+from fedjax_bench.output import results
 from fedjax_bench.claims import code as code_lib
 from fedjax_bench.claims.code import PACKAGE_DIR
 

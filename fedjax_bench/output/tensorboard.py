@@ -19,7 +19,7 @@ import time
 import numpy as np
 
 from fedjax_bench.errors import UsageError
-from fedjax_bench.results import History, WriteError
+from fedjax_bench.output.results import History, WriteError
 
 TENSORBOARD_DIR = 'tensorboard'
 INSTALL_HINT = 'pip install tensorboardX'

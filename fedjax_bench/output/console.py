@@ -7,7 +7,7 @@ import sys
 
 import numpy as np
 
-from fedjax_bench import results
+from fedjax_bench.output import results
 
 # The metrics of the progress line, in order (those present).
 PROGRESS_METRICS = ("test_accuracy", "test_loss", "train_loss", "optimality_gap", "cum_time")
