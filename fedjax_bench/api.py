@@ -23,9 +23,11 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from fedjax_bench import checkpoint, compile_cache, config as config_lib, flags
+from fedjax_bench import checkpoint, compile_cache, config as config_lib
+from fedjax_bench.config import flags
 from fedjax_bench.output import results
-from fedjax_bench import host_devices, paper_defaults, settings
+from fedjax_bench import host_devices, settings
+from fedjax_bench.config import presets
 from fedjax_bench.output import console
 from fedjax_bench.config import Config
 from fedjax_bench.errors import UsageError
@@ -193,7 +195,7 @@ def _execute(cfg: Config, seeds: list[int], grid: list[dict], progress: bool, ar
           f"seeds {seeds}{per_seed}, {host_devices.describe(devices)}",
           flush=True)
     if cfg.preset:
-      print(console.preset_line(paper_defaults.preset_name(cfg.algo, cfg.data.dataset),
+      print(console.preset_line(presets.preset_name(cfg.algo, cfg.data.dataset),
                                 cfg.preset), flush=True)
     if grid:
       print(f"sweep: {len(grid)} grid points x {console.count(len(seeds), 'seed')} = "

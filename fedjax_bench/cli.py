@@ -18,7 +18,8 @@ logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)  # no "no TPU
 
 from absl import flags as absl_flags  # noqa: E402
 
-from fedjax_bench import api, config, flags  # noqa: E402
+from fedjax_bench import api, config  # noqa: E402
+from fedjax_bench.config import flags
 from fedjax_bench.errors import UsageError  # noqa: E402
 
 FLAGS = flags.FLAGS

@@ -24,7 +24,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from fedjax_bench import checkpoint as checkpoint_lib
 from fedjax_bench import compile_cache
 from fedjax_bench import settings
-from fedjax_bench.run_settings import RunSettings
+from fedjax_bench.config.run_settings import RunSettings
 from fedjax_bench.core import cohort, keys
 from fedjax_bench.task import run_data as run_data_lib
 from fedjax_bench.task.task import Task

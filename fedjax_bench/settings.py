@@ -5,7 +5,7 @@ allowed values, a check, whether a grid may sweep it (it shapes no array and no 
 control flow) and, for a setting that only matters in some configurations, `used_if`.
 Algorithms declare their hyperparameters the same way (``Hparams`` in their module),
 composing the shared sections they read by inheritance. The command line
-(`fedjax_bench.flags`), the Python API (`fedjax_bench.api`) and the scripts all read
+(`fedjax_bench.config.flags`), the Python API (`fedjax_bench.api`) and the scripts all read
 these declarations; nothing else holds a default.
 """
 

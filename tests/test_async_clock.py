@@ -268,7 +268,7 @@ def test_default_rounds_cover_the_horizon_under_heavy_tailed_delays(algo, law, s
                                                                     horizon):
   """Without --rounds, the engine steps must reach T in all but a rare run: at least the
   99.5% quantile of the events (S-FedAvg: rounds) by T, simulated here in NumPy."""
-  from fedjax_bench import paper_defaults
+  from fedjax_bench.config import presets
   n, rate, delta, trials = 4, 10.0, 4, 2000
   k = int(3 * rate * horizon) + 50  # gaps drawn per client: checked to pass T below
   cfg = dict(algo=algo, num_clients=n, sim_time=horizon, async_delay=law,
@@ -284,4 +284,4 @@ def test_default_rounds_cover_the_horizon_under_heavy_tailed_delays(algo, law, s
   assert (ends[..., -1] > horizon).all()
   counts = (ends <= horizon).sum(axis=-1)
   counts = counts.sum(axis=1) if algo != "sfedavg" else counts
-  assert paper_defaults.rounds_for_horizon(cfg) >= np.quantile(counts, 0.995)
+  assert presets.rounds_for_horizon(cfg) >= np.quantile(counts, 0.995)

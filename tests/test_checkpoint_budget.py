@@ -9,7 +9,7 @@ import numpy as np
 from conftest import toy_setup
 import fedjax_bench
 from fedjax_bench import engine, settings
-from fedjax_bench.run_settings import RunSettings
+from fedjax_bench.config.run_settings import RunSettings
 from fedjax_bench.algorithms import fedavg
 
 ROUNDS = 12

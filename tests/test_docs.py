@@ -329,7 +329,8 @@ def name_problems(doc: str, text: str) -> list[str]:
 
 @functools.lru_cache(maxsize=None)
 def known_flags() -> frozenset:
-  from fedjax_bench import flags, settings
+  from fedjax_bench import settings
+  from fedjax_bench.config import flags
   names = set(settings.all_names()) | set(flags.RUN_ONLY) | set(flags.ALIASES) | ALWAYS_FLAGS
   for base, _, files in os.walk(os.path.join(ROOT, "benchmarks")):
     for f in files:
@@ -417,7 +418,7 @@ def test_the_checks_pass_names_that_exist_and_prose():
 Names: `rounds.static`, `claims.store.config_key`, `store.config_key`, `core/local.py`,
 `fedjax_bench/core/local.py`, `local.train_cohort(task, world)`, `compile_cache.py`,
 `algorithms/asynchronous.Method(init, ingest, aggregate)`, `Task.for_run`, `ServerState.aux`,
-`paper_defaults.HETERO_AGG_DEFAULTS`, `fedjax_bench.run(algo=...)`, `results/speed/`,
+`presets.HETERO_AGG_DEFAULTS`, `fedjax_bench.run(algo=...)`, `results/speed/`,
 `tests/test_keys.py`, `algorithms/NAME.py`, `results/PAPER/REPORT.md`, `config.json`,
 `jax.random`, `np.savez`, `tf.keras.optimizers.Adam`, `--client_lr`, `--noerror_feedback`,
 `--FLAG=VALUE`, `--xla_cpu_use_thunk_runtime=false`, `python benchmarks/claims.py --verify`,

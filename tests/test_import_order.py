@@ -16,7 +16,7 @@ LAYERS = [
     ("models",),
     ("task",),                                           # data + model + evaluation
     ("algorithms",),
-    ("run_settings", "paper_defaults", "config", "flags"),  # configuration
+    ("config",),                                         # settings, flags, presets
     ("output",),                                         # files, plots, terminal lines
     ("compile_cache", "host_devices", "checkpoint", "engine", "experiment"),  # execution
     ("api",),

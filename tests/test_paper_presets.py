@@ -1,4 +1,4 @@
-"""A paper's setting, taken by the flags a user does not give (`paper_defaults`), is recorded
+"""A paper's setting, taken by the flags a user does not give (`fedjax_bench.config.presets`), is recorded
 in the configuration, announced by the command line and kept in config.json."""
 
 import json

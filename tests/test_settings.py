@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 import fedjax_bench
-from fedjax_bench import algorithms, config, data, experiment, flags, settings
+from fedjax_bench import algorithms, config, data, experiment, settings
+from fedjax_bench.config import flags
 from fedjax_bench.algorithms import fedavg
 from fedjax_bench.core import rounds
 from fedjax_bench.errors import UsageError
@@ -273,7 +274,7 @@ def test_the_example_runs():
 
 def test_flags_md_is_generated_from_the_declarations():
   assert (REPO / "docs" / "FLAGS.md").read_text() == flags.markdown(), (
-      "docs/FLAGS.md is stale: python -m fedjax_bench.flags")
+      "docs/FLAGS.md is stale: python -m fedjax_bench.config.flags")
 
 
 def test_prioritized_fl_on_a_dataset_without_labels_is_one_line():
@@ -287,7 +288,7 @@ def test_a_config_built_by_hand_is_the_keywords_config():
   (FedALIGN's warm-up becomes a tenth of the rounds in both)."""
   from fedjax_bench.algorithms import fedalign, fedawe
   from fedjax_bench.data.settings import DataSettings
-  from fedjax_bench.run_settings import EvalSettings
+  from fedjax_bench.config.run_settings import EvalSettings
   by_hand = config.Config(algo="fedawe", data=DataSettings(dataset="toyfl", num_clients=20),
                           hparams=fedawe.Hparams(fedawe_clip=0.0))
   keywords = config.resolve(algo="fedawe", dataset="toyfl", num_clients=20, fedawe_clip=0.0)

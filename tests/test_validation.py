@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from conftest import REPO
-from fedjax_bench import api, compile_cache, config, flags, settings
+from fedjax_bench import api, compile_cache, config, settings
+from fedjax_bench.config import flags
 from fedjax_bench.core import keys, privacy
 from fedjax_bench.errors import UsageError
 
@@ -212,7 +213,7 @@ def test_bad_input_on_the_command_line_is_one_line_and_exit_2(args, message, tmp
 
 
 def test_the_flags_module_imports_alone():
-  code = "import fedjax_bench.flags as f; print(len(f.names()))"
+  code = "import fedjax_bench.config.flags as f; print(len(f.names()))"
   r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                      cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)))
   assert r.returncode == 0 and int(r.stdout) >= 130, r.stderr[-2000:]

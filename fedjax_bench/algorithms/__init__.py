@@ -32,6 +32,8 @@ class Algorithm:
 
 
 ALGORITHMS: dict[str, Algorithm] = {}
+# Called with the name of every algorithm registered from then on.
+ON_REGISTER: list[Callable[[str], None]] = []
 
 
 def register(name: str, module, kind: str = SYNCHRONOUS) -> Algorithm:
@@ -41,9 +43,8 @@ def register(name: str, module, kind: str = SYNCHRONOUS) -> Algorithm:
     raise ValueError(f"unknown algorithm kind {kind!r}; valid: {', '.join(KINDS)}")
   ALGORITHMS[name] = Algorithm(name, module.Hparams, module.build, kind,
                                getattr(module, "privacy", None))
-  import sys
-  if "fedjax_bench.flags" in sys.modules:  # registered after the flags were made
-    sys.modules["fedjax_bench.flags"].add_algorithm(name)
+  for listener in ON_REGISTER:  # e.g. the command line's flags, made before it registered
+    listener(name)
   return ALGORITHMS[name]
 
 

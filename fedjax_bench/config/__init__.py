@@ -5,7 +5,7 @@ sections, resolved from the settings a user gives (by name, as on the command li
     cfg.hparams.fedawe_clip, cfg.data.num_clients, cfg.flat()["client_lr"]
 
 `resolve` fills every setting the user did not give from its declaration, then the
-papers' defaults (`paper_defaults`), and refuses: a name no section declares (naming the
+papers' settings (`presets`), and refuses: a name no section declares (naming the
 closest), a value of the wrong type or range, and a setting that has no effect on the
 chosen algorithm with the other settings as given.
 """
@@ -13,11 +13,12 @@ chosen algorithm with the other settings as given.
 import dataclasses
 from typing import Any, Mapping
 
-from fedjax_bench import algorithms, paper_defaults, settings
+from fedjax_bench import algorithms, settings
+from fedjax_bench.config import presets
 from fedjax_bench.data.settings import SEED_LIMITS, DataSettings
 from fedjax_bench.errors import UsageError
 from fedjax_bench.models.settings import ModelSettings
-from fedjax_bench.run_settings import EvalSettings, RunSettings
+from fedjax_bench.config.run_settings import EvalSettings, RunSettings
 from fedjax_bench.sim.settings import WorldSettings
 
 # The shared sections, by the Config field that holds each.
@@ -38,7 +39,7 @@ class Config:
   hparams: Any = None  # the algorithm's Hparams (None: its defaults)
   # The names the user gave (the rest are defaults); not part of what the run computes.
   given: frozenset = frozenset()
-  # ((name, value), ...) that a paper's setting (`paper_defaults`) set because the user did
+  # ((name, value), ...) that a paper's setting (`presets`) set because the user did
   # not give them: announced by the command line, recorded in config.json.
   preset: tuple = ()
   # Made by `resolve` (papers' defaults applied, checked); a Config built by hand is
@@ -93,7 +94,7 @@ def resolve(values: Mapping[str, Any] | None = None, *, seeds=(0,), **kwargs) ->
   flat.update({n: own[n].convert(v) for n, v in values.items()})
   given = frozenset(values)
   declared = dict(flat)
-  flat = paper_defaults.with_defaults(flat, given, seeds=seeds)
+  flat = presets.with_defaults(flat, given, seeds=seeds)
   preset = tuple((n, v) for n, v in flat.items() if n not in given and v != declared.get(n))
   cfg = _build(flat, given, preset)
   _check(cfg, algorithm)

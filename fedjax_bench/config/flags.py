@@ -14,7 +14,8 @@ import numpy as np
 from absl import app as absl_app
 from absl import flags
 
-from fedjax_bench import settings
+from fedjax_bench import algorithms, config, settings
+from fedjax_bench.config import presets
 from fedjax_bench.errors import UsageError
 
 FLAGS = flags.FLAGS
@@ -28,19 +29,15 @@ MAX_SEED_COUNT = 10**6  # --seeds=N: the runs of one program
 
 
 def add_algorithm(name: str) -> None:
-  """Flags for an algorithm registered after this module was imported (a notebook's or a
-  test's own): --algo accepts it, and its settings get flags of their own."""
-  if "algo" not in FLAGS:  # registered while this module imports: `_define_all` makes them
-    return
+  """Flags for an algorithm registered after this module was imported (a notebook's, a
+  test's or an `--import`ed module's): --algo accepts it, and its settings get flags of
+  their own (`algorithms.ON_REGISTER`)."""
   if name not in FLAGS["algo"].parser.enum_values:
     FLAGS["algo"].parser.enum_values.append(name)
   for setting, (spec, readers) in declarations().items():
     if setting not in FLAGS:
       _define(spec, readers)
 
-
-# After `add_algorithm`: importing the algorithms registers them, which calls it.
-from fedjax_bench import algorithms, config, paper_defaults  # noqa: E402
 
 
 def declarations() -> dict[str, tuple[settings.Spec, list[str]]]:
@@ -81,11 +78,11 @@ def _help(spec: settings.Spec, readers: list[str]) -> str:
 
 def _other_defaults(spec: settings.Spec, readers: list[str]) -> str:
   """' [default X for A, B; Y for C]' where algorithms declare defaults of their own or
-  take their paper's (`paper_defaults.fixed`)."""
+  take their paper's (`presets.fixed`)."""
   others = {}
   for a in readers or algorithms.ALGORITHMS:
     own = settings.specs(algorithms.get(a).Hparams).get(spec.name, spec)
-    default = paper_defaults.fixed(a).get(spec.name, own.default)
+    default = presets.fixed(a).get(spec.name, own.default)
     if default != spec.default:
       others.setdefault(str(default), []).append(a)
   if not others:
@@ -177,6 +174,7 @@ def usage(full: bool = False) -> str:
 
 if "algo" not in FLAGS:
   _define_all()
+  algorithms.ON_REGISTER.append(add_algorithm)
   absl_app.define_help_flags()  # absl's help flags first: ours replace them
   for flag in (_HelpFlag("help", False, "?"), _HelpFlag("helpshort", False),
                _HelpFlag("helpfull", True)):
@@ -258,7 +256,7 @@ def markdown() -> str:
   """docs/FLAGS.md: every flag by section, with its default, who reads it and its help (the
   committed file is checked against this by tests/test_settings.py)."""
   lines = ["# Flags", "",
-           "Generated from the settings declarations by `python -m fedjax_bench.flags`; "
+           "Generated from the settings declarations by `python -m fedjax_bench.config.flags`; "
            "`--helpfull` prints the same. Every flag is also a keyword of "
            "`fedjax_bench.run(...)`.", "",
            "| flag | default | what to run |", "|---|---|---|",
