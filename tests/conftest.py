@@ -9,7 +9,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
-from fedjax_bench import compile_cache  # noqa: E402
+from fedjax_bench.engine import compile_cache  # noqa: E402
 
 # One persistent compilation cache for the whole suite, this process and every command line
 # it starts (they inherit the variable, whatever cache dir a test gives them): the suite

@@ -5,7 +5,7 @@ import subprocess
 import sys
 
 from conftest import REPO
-from fedjax_bench import compile_cache
+from fedjax_bench.engine import compile_cache
 
 ARGS = ["--rounds=2", "--eval_every=1", "--seeds=1", "--num_clients=10"]
 
@@ -40,7 +40,7 @@ def _entry(path, name, size, age):
 
 
 def test_the_cache_is_pruned_to_three_quarters_least_recently_used_first(tmp_path):
-  from fedjax_bench import compile_cache
+  from fedjax_bench.engine import compile_cache
   files = [_entry(tmp_path, f"e{i}", 100, age=i) for i in range(10)]  # e9 the oldest
   assert compile_cache.prune(str(tmp_path), limit=1000) == 0  # at the limit: kept
   assert compile_cache.prune(str(tmp_path), limit=float("inf")) == 0  # "none": not scanned
@@ -52,7 +52,7 @@ def test_the_cache_is_pruned_to_three_quarters_least_recently_used_first(tmp_pat
 def test_the_pruning_threshold_comes_from_the_environment(monkeypatch):
   import pytest
 
-  from fedjax_bench import compile_cache
+  from fedjax_bench.engine import compile_cache
   from fedjax_bench.errors import UsageError
   monkeypatch.delenv(compile_cache.MAX_GB_ENV, raising=False)
   assert compile_cache.max_bytes() == compile_cache.MAX_GB * 2**30
@@ -67,7 +67,7 @@ def test_the_pruning_threshold_comes_from_the_environment(monkeypatch):
 
 
 def test_turning_the_cache_on_prunes_it(tmp_path, monkeypatch):
-  from fedjax_bench import compile_cache
+  from fedjax_bench.engine import compile_cache
   files = [_entry(tmp_path, f"e{i}", 100, age=i) for i in range(4)]
   monkeypatch.setenv(compile_cache.ENV, str(tmp_path))
   monkeypatch.setenv(compile_cache.MAX_GB_ENV, str(300 / 2**30))

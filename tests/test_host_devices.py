@@ -1,4 +1,4 @@
-"""A run's CPU device layout (`--host_devices`, fedjax_bench/host_devices.py): the same
+"""A run's CPU device layout (`--host_devices`, fedjax_bench/engine/host_devices.py): the same
 command gives bit-identical numbers whatever the machine's device and core count, the
 layout is recorded, and a process that cannot hold it is refused in one line."""
 

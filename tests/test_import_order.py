@@ -18,7 +18,7 @@ LAYERS = [
     ("algorithms",),
     ("config",),                                         # settings, flags, presets
     ("output",),                                         # files, plots, terminal lines
-    ("compile_cache", "host_devices", "checkpoint", "engine", "experiment"),  # execution
+    ("engine", "experiment"),                           # execution
     ("api",),
     ("cli", "__main__", "claims", "__init__"),
 ]

@@ -14,7 +14,8 @@ import pytest
 
 from conftest import REPO
 import fedjax_bench
-from fedjax_bench import api, checkpoint
+from fedjax_bench import api
+from fedjax_bench.engine import checkpoint
 from fedjax_bench.output import results
 from fedjax_bench.errors import UsageError
 

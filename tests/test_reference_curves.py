@@ -30,7 +30,8 @@ import pytest
 
 from conftest import REPO
 from benchmarks.tools import reference
-from fedjax_bench import algorithms, compile_cache
+from fedjax_bench import algorithms
+from fedjax_bench.engine import compile_cache
 
 PROBE = Path(__file__).parent / "scripts" / "reference_probe.py"
 NAMES = list(algorithms.ALGORITHMS)

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from conftest import REPO
-from fedjax_bench import api, compile_cache, config, settings
+from fedjax_bench import api, config, settings
+from fedjax_bench.engine import compile_cache
 from fedjax_bench.config import flags
 from fedjax_bench.core import keys, privacy
 from fedjax_bench.errors import UsageError

@@ -11,7 +11,7 @@ devices pays at least once (docs/performance.md, "Small cohorts").
 import os
 import time
 
-from fedjax_bench import host_devices
+from fedjax_bench.engine import host_devices
 
 host_devices.use_all_cores()
 

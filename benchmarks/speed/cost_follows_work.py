@@ -25,7 +25,7 @@ import argparse
 import threading
 import time
 
-from fedjax_bench import host_devices
+from fedjax_bench.engine import host_devices
 
 host_devices.use_all_cores()
 

@@ -23,7 +23,7 @@ import subprocess
 import sys
 import time
 
-from fedjax_bench import host_devices
+from fedjax_bench.engine import host_devices
 
 host_devices.use_all_cores()
 

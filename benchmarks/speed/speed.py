@@ -44,7 +44,7 @@ import os
 import time
 from typing import Callable, Optional
 
-from fedjax_bench import host_devices
+from fedjax_bench.engine import host_devices
 
 host_devices.use_all_cores()
 

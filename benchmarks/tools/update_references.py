@@ -20,7 +20,8 @@ import sys
 import tempfile
 
 from benchmarks.tools import reference
-from fedjax_bench import algorithms, compile_cache
+from fedjax_bench import algorithms
+from fedjax_bench.engine import compile_cache
 from fedjax_bench.output import results
 
 

@@ -32,7 +32,7 @@ PACKAGE_DIR = os.path.dirname(os.path.abspath(fedjax_bench.__file__))
 _PACKAGE = "fedjax_bench"
 # Modules that shape no number of a run: how results are presented and checked.
 NOT_CODE = ("claims/", "cli.py", "output/tensorboard.py", "output/console.py",
-            "compile_cache.py", "__main__.py")
+            "engine/compile_cache.py", "__main__.py")
 KIND = "bindings"  # a record's "code_kind"; a record of another kind is stale
 
 

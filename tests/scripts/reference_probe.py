@@ -31,7 +31,7 @@ def main(argv):
       names.append(arg)
   import jax
   from benchmarks.tools import reference
-  from fedjax_bench import compile_cache
+  from fedjax_bench.engine import compile_cache
   if cache_dir:
     os.environ[compile_cache.ENV] = cache_dir
     compile_cache.enable()

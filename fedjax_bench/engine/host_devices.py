@@ -62,7 +62,7 @@ def devices(host_devices: int) -> list:
         f"--host_devices={host_devices} lays the run out on {n} CPU devices, but JAX "
         f"started in this process with {len(have)}{why}; pass host_devices={len(have)} (a "
         f"different layout, so different last digits), or call "
-        f"fedjax_bench.host_devices.request({host_devices}) before anything uses JAX")
+        f"fedjax_bench.engine.host_devices.request({host_devices}) before anything uses JAX")
   return have[:n]
 
 

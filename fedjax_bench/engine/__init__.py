@@ -21,8 +21,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from fedjax_bench import checkpoint as checkpoint_lib
-from fedjax_bench import compile_cache
+from fedjax_bench.engine import checkpoint as checkpoint_lib
+from fedjax_bench.engine import compile_cache
 from fedjax_bench import settings
 from fedjax_bench.config.run_settings import RunSettings
 from fedjax_bench.core import cohort, keys
