@@ -68,7 +68,7 @@ def test_host_devices_is_checked_and_has_no_effect_on_a_distributed_run():
 
 
 def test_the_speed_scripts_device_count_variable_is_checked():
-  code = "from fedjax_bench import host_devices; host_devices.use_all_cores()"
+  code = "from fedjax_bench.engine import host_devices; host_devices.use_all_cores()"
   env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
   r = subprocess.run([sys.executable, "-c", code], env={**env, "FEDJAX_BENCH_HOST_DEVICES": "abc"},
                      capture_output=True, text=True, timeout=60, cwd=REPO)
