@@ -447,10 +447,11 @@ def _inspect_output(out: str, cfg: Config, fingerprint: dict, digest: str | None
     return None  # this configuration's unfinished files, without a checkpoint: start over
   rounds = config.get("flags", {}).get("rounds")
   if rounds != cfg.eval.rounds:
-    raise UsageError(f"{out} holds this configuration's finished run of --rounds={rounds}, "
-                     "and a finished run keeps no state to continue from: rerun with "
-                     f"--rounds={cfg.eval.rounds} and --overwrite (or give another "
-                     "--output_dir)")
+    extend = (" (a finished run keeps no state to extend)" if cfg.run.resume and
+              rounds < cfg.eval.rounds else "")
+    raise UsageError(f"{out} holds this configuration's finished run of --rounds={rounds}"
+                     f"{extend}: rerun with --rounds={cfg.eval.rounds} and --overwrite to "
+                     "replace it, or give another --output_dir")
   return summary
 
 

@@ -144,9 +144,12 @@ def test_two_runs_into_one_directory_on_the_command_line(tmp_path):
 def test_resume_of_a_finished_run_with_more_rounds_says_why_not(tmp_path):
   out = str(tmp_path / "out")
   fedjax_bench.run(**TINY, output_dir=out)
-  with pytest.raises(UsageError, match=r"finished run of --rounds=2, .* rerun with --rounds=3 "
-                     r"and --overwrite"):
+  with pytest.raises(UsageError, match=r"finished run of --rounds=2 \(a finished run keeps no "
+                     r"state to extend\): rerun with --rounds=3 and --overwrite"):
     fedjax_bench.run(**{**TINY, "rounds": 3}, output_dir=out, resume=True)
+  with pytest.raises(UsageError, match=r"finished run of --rounds=2: rerun with --rounds=3 and "
+                     r"--overwrite to replace it"):  # without --resume: not an extension
+    fedjax_bench.run(**{**TINY, "rounds": 3}, output_dir=out)
   with pytest.raises(UsageError, match="contradict"):
     fedjax_bench.run(**TINY, output_dir=out, resume=True, overwrite=True)
 
