@@ -24,15 +24,11 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from fedjax_bench import config as config_lib
-from fedjax_bench.engine import checkpoint, compile_cache
-from fedjax_bench.config import flags
-from fedjax_bench.output import results
 from fedjax_bench import settings
-from fedjax_bench.engine import host_devices
-from fedjax_bench.config import presets
-from fedjax_bench.output import console
-from fedjax_bench.config import Config
+from fedjax_bench.config import Config, flags, presets
+from fedjax_bench.engine import checkpoint, compile_cache, host_devices
 from fedjax_bench.errors import UsageError
+from fedjax_bench.output import console, results
 
 
 @dataclasses.dataclass

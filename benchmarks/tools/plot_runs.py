@@ -90,11 +90,6 @@ def seed_mean(path: str, column: str) -> tuple[np.ndarray, np.ndarray]:
   return curves[0][1], curves[0][2]
 
 
-def _point_label(point: dict) -> str:
-  return ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
-                   for k, v in point.items())
-
-
 def figure(runs: list[str], labels: list[str], metric: str, x: str = "round",
            title: str = ""):
   """The matplotlib figure: one curve per run, or per grid point of a sweep's run."""
@@ -108,7 +103,7 @@ def figure(runs: list[str], labels: list[str], metric: str, x: str = "round",
     xs = seed_curves(run, x) if x != "round" else None
     for i, (point, rounds, y, std) in enumerate(seed_curves(run, metric)):
       at = rounds if xs is None else np.interp(rounds, xs[i][1], xs[i][2])
-      name = _point_label(point)
+      name = results.grid_label(point)
       if name and len(runs) > 1:
         name = f"{label}: {name}"
       curves.append((name or label, at, y, std))

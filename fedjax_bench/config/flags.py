@@ -39,7 +39,6 @@ def add_algorithm(name: str) -> None:
       _define(spec, readers)
 
 
-
 def declarations() -> dict[str, tuple[settings.Spec, list[str]]]:
   """{name: (its declaration, the algorithms that read it, [] for the shared sections)}.
   An algorithm may give an inherited setting a default of its own; a setting declared
@@ -284,10 +283,6 @@ def markdown() -> str:
   return "\n".join(lines) + "\n"
 
 
-if __name__ == "__main__":
-  with open("docs/FLAGS.md", "w") as f:
-    f.write(markdown())
-
 
 def import_modules(argv: Sequence[str]) -> None:
   """Imports the modules named by ``--import`` in ``argv`` (before absl reads the flags, so
@@ -320,3 +315,8 @@ def import_modules(argv: Sequence[str]) -> None:
       raise
     except Exception as e:  # noqa: BLE001 (any failure of the user's module is one line)
       raise UsageError(f"--import={name}: {type(e).__name__}: {e}") from None
+
+
+if __name__ == "__main__":
+  with open("docs/FLAGS.md", "w") as f:
+    f.write(markdown())

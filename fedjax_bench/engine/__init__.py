@@ -21,17 +21,17 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from fedjax_bench.engine import checkpoint as checkpoint_lib
-from fedjax_bench.engine import compile_cache
 from fedjax_bench import settings
 from fedjax_bench.config.run_settings import RunSettings
 from fedjax_bench.core import cohort, keys
-from fedjax_bench.task import run_data as run_data_lib
-from fedjax_bench.task.task import Task
 from fedjax_bench.core.types import (FederatedAlgorithm, count_name, is_count,
                                      params_to_evaluate)
+from fedjax_bench.engine import checkpoint as checkpoint_lib
+from fedjax_bench.engine import compile_cache
 from fedjax_bench.errors import UsageError
 from fedjax_bench.output.results import History
+from fedjax_bench.task import run_data as run_data_lib
+from fedjax_bench.task.task import Task
 
 # Whether `run` shards client states over the mesh's "clients" axis (False: replicated on
 # every device of that axis, as before; benchmarks/speed/sharded_state.py compares the two).

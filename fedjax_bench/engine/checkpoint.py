@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from fedjax_bench.output import results
 from fedjax_bench.errors import UsageError
+from fedjax_bench.output import results
 
 FORMAT = 1
 FILE = "checkpoint.npz"

@@ -443,7 +443,7 @@ def _plot_panel(ax: Any, xs: np.ndarray, history: History, name: str, xlabel: st
   several = n > 1
   colors = _point_colors(len(history.grid))
   for g, point in enumerate(history.grid):
-    label = _grid_label(point) or (f'seed {history.seeds[0]}' if n == 1 else 'mean')
+    label = grid_label(point) or (f'seed {history.seeds[0]}' if n == 1 else 'mean')
     if g == best:
       label += ' (best)'
     elif several and legend:
@@ -489,7 +489,7 @@ def _plot_sweep_panel(ax: Any, history: History, final: dict,
   value = lambda g, field: np.nan if stats[g][field] is None else stats[g][field]
   for combo, members in sorted(lines.items(), key=lambda kv: [(v is None, v) for v in kv[0]]):
     members.sort(key=lambda g: grid[g][x_key])
-    label = _grid_label(dict(zip(others, combo))) or None
+    label = grid_label(dict(zip(others, combo))) or None
     ax.errorbar([grid[g][x_key] for g in members], [value(g, 'mean') for g in members],
                 yerr=[value(g, 'std') for g in members], marker='o', markersize=4,
                 capsize=3, label=label)
@@ -497,7 +497,7 @@ def _plot_sweep_panel(ax: Any, history: History, final: dict,
     g = best[1]
     ax.plot([grid[g][x_key]], [value(g, 'mean')], marker='*', markersize=15, color='gold',
             markeredgecolor='black', linestyle='none', zorder=5,
-            label=f'best: {_grid_label(grid[g])}'.replace(', ', ',\n'))
+            label=f'best: {grid_label(grid[g])}'.replace(', ', ',\n'))
   xs = np.asarray(distinct[x_key], np.float64)
   if np.all(xs > 0) and xs.max() > 10 * xs.min():
     ax.set_xscale('log')
@@ -516,7 +516,8 @@ def _plot_sweep_panel(ax: Any, history: History, final: dict,
               loc='center left', bbox_to_anchor=(1.02, 0.5))
 
 
-def _grid_label(point: dict) -> str:
+def grid_label(point: dict) -> str:
+  """'name=value, ...' of a grid point (a figure's legend)."""
   return ', '.join(f'{k}={v:g}' if isinstance(v, float) else f'{k}={v}'
                    for k, v in point.items())
 
