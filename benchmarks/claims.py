@@ -20,9 +20,10 @@ claims (the paper's statement and number, the test that gives the verdict). Runs
 cached in results/PAPER/runs/, one JSON file each, with the key of their configuration
 and the hashes of the library code they ran on; a run whose configuration or code
 changed is stale: `PAPER` reruns it before writing the report. The report is three files
-in results/PAPER/: REPORT.md (the answer: the paper, the setting, the verdict counts, the
-claim tables, the figures), VERDICTS.md (how each verdict is computed) and RUNS.md (the
-runs, their times and commands). `--check` reads files only (the default test suite runs
+in results/PAPER/: REPORT.md (the answer: the verdict counts of the paper's claims and its
+multiplicity, the claim tables, then the setting, the checks that are not claims of the
+paper, the figures), VERDICTS.md (the rules, and how each verdict is computed) and RUNS.md
+(the runs, their times and commands). `--check` reads files only (the default test suite runs
 it): it fails when a report file is not what the runs give or a run is missing or of
 another configuration, and warns about runs made on code that changed since (`--strict`:
 fails on them too), so a library change does not wait on hours of reruns, and the warning
@@ -145,7 +146,8 @@ def listing(ps, root: str) -> int:
       runs = c.test.runs() if c.test is not None else ()
       if all(st.get(r) == "fresh" for r in runs):
         o = c.outcome(records)
-        print(f"  {c.id:<14} {o.verdict:<15} {o.ours} {o.interval}")
+        print(f"  {c.id:<14} {o.verdict:<15} {o.ours} {o.interval}"
+              + (" (a check)" if c.check else ""))
       else:
         print(f"  {c.id:<14} {'(runs missing or stale)':<15}")
     for n, s in st.items():

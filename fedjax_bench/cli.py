@@ -20,6 +20,7 @@ from absl import flags as absl_flags  # noqa: E402
 
 from fedjax_bench import api, config  # noqa: E402
 from fedjax_bench.config import flags
+from fedjax_bench.engine import run_dir  # noqa: E402
 from fedjax_bench.errors import UsageError  # noqa: E402
 
 FLAGS = flags.FLAGS
@@ -79,7 +80,7 @@ def _main(argv: Sequence[str]) -> int:
                        "--name=value")
     cfg, seeds, grid = resolve_flags()
     if cfg.run.output_dir is None and not cfg.run.check_only:  # the command line always writes
-      cfg = config.replace(cfg, output_dir=os.path.join("results", "runs", api.run_name(cfg)))
+      cfg = config.replace(cfg, output_dir=os.path.join("results", "runs", run_dir.run_name(cfg)))
     result = api.execute(cfg, seeds, grid)
     return 0 if result is None else result.status
   except UsageError as e:

@@ -18,7 +18,8 @@ from fedjax_bench.config import Config
 from fedjax_bench.algorithms import asynchronous
 from fedjax_bench.task import optimum
 from fedjax_bench.task import run_data as run_data_lib
-from fedjax_bench.task.task import Task, make_per_seed_task, make_task
+from fedjax_bench.task.build import make_per_seed_task, make_task
+from fedjax_bench.task.task import Task
 from fedjax_bench.core.types import FederatedAlgorithm
 from fedjax_bench.data import priority as priority_lib
 from fedjax_bench.data import holdout
@@ -122,6 +123,25 @@ def notes(exp: Experiment) -> list[str]:
                  f"(--sampling={sampling}); --batch_size={largest} takes the same full-batch "
                  f"steps at {largest / batch:.2g} of the cost")
   return out
+
+
+def with_privacy(history, exp: Experiment):
+  """The history with `dp_epsilon`, the privacy an algorithm that declares it (DP-FedAvg)
+  has spent by each evaluated round, per grid point (host-side, from its settings); with
+  ``history`` None, only checks that the run's sampling can be accounted for."""
+  from fedjax_bench import engine
+  privacy = algorithms.get(exp.config.algo).privacy
+  if privacy is None:
+    return history
+  n = exp.dataset.train.num_clients
+  if history is None:
+    privacy(exp.hparams, exp.config.world, n, np.zeros(1))
+    return None
+  eps = np.stack([np.asarray(privacy(engine.with_point(exp.hparams, point), exp.config.world, n,
+                                     history.rounds), np.float64)
+                  for point in history.grid], axis=1)
+  eps = np.repeat(eps[:, :, None], len(history.seeds), axis=2)
+  return dataclasses.replace(history, metrics={**history.metrics, "dp_epsilon": eps})
 
 
 def client_steps(hp, counts) -> np.ndarray:

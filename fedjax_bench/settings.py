@@ -56,8 +56,10 @@ def between(low, high) -> Check:
 
 def setting(default, help: str, *, choices=None, sweep: bool = False, check: Check = None,
             used_if: Callable[[Any], bool] = None, kind: type = None,
-            allow_inf: bool = False, limits: tuple = None):
+            allow_inf: bool = False, limits: tuple = None, aliases: dict = None):
   """One setting. ``kind`` is needed only when the default is None (then str).
+  ``aliases``: {other name: the name it stands for}, taken as the value it names (so that a
+  configuration records one name per value).
   ``used_if(section) -> bool``: whether the value takes effect, given the other values of
   the object it sits in (a value given while it does not is refused as having no effect).
   A float is refused when NaN, and when infinite unless ``allow_inf``; an integer outside
@@ -66,7 +68,7 @@ def setting(default, help: str, *, choices=None, sweep: bool = False, check: Che
   return dataclasses.field(default=default, metadata={
       "help": help, "choices": tuple(choices) if choices is not None else None,
       "sweep": sweep, "check": check, "used_if": used_if, "kind": kind,
-      "allow_inf": allow_inf, "limits": limits})
+      "allow_inf": allow_inf, "limits": limits, "aliases": aliases})
 
 
 def section(title: str):
@@ -92,6 +94,7 @@ class Spec:
   title: str  # the section that declares it
   allow_inf: bool = False
   limits: tuple | None = None
+  aliases: dict | None = None
 
   def convert(self, value):
     """``value`` as this setting's type, checked; UsageError naming the problem. A NumPy
@@ -134,6 +137,8 @@ class Spec:
         raise UsageError(f"{name} must be a list of integers") from None
     elif value is not None and not isinstance(value, str):
       raise UsageError(f"{name} must be a string")
+    elif self.aliases and value in self.aliases:
+      value = self.aliases[value]
     if self.choices is not None and value not in self.choices:
       raise UsageError(f"{name} is not valid; valid: {', '.join(map(str, self.choices))}")
     if self.check is not None and value is not None and not self.check.test(value):
@@ -152,7 +157,7 @@ def specs(cls) -> dict[str, Spec]:
                  and dataclasses.is_dataclass(c))
     out[f.name] = Spec(f.name, m["kind"], f.default, m["help"], m["choices"], m["sweep"],
                        m["check"], m["used_if"], getattr(owner, "TITLE", owner.__name__),
-                       m.get("allow_inf", False), m.get("limits"))
+                       m.get("allow_inf", False), m.get("limits"), m.get("aliases"))
   return out
 
 

@@ -19,7 +19,7 @@ compile_cache.enable()
 
 from fedjax_bench import models  # noqa: E402
 from fedjax_bench.algorithms import fedavg  # noqa: E402
-from fedjax_bench.task.task import make_task  # noqa: E402
+from fedjax_bench.task.build import make_task  # noqa: E402
 from fedjax_bench.data.federated import Dataset, FederatedData  # noqa: E402
 from fedjax_bench.sim import participation, world as world_lib  # noqa: E402
 

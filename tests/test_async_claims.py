@@ -44,7 +44,7 @@ def last_at(values, times, t):
 def test_two_client_bias_e5():
   """f^_1 = (x - 1)^2, f^_2 = (x + 1)^2, w = 1/2, lambda = (9, 1), x0 = 3, alpha = 0.1,
   Delta in {1, 2}, T = 400, mean of x_s over t in (200, 400]: AREA and MIFA find x* = 0,
-  FedBuff and AS-FedAvg the rate-weighted 0.8 (§7 E5, §9 test 4). All methods see the
+  FedBuff and AS-FedAvg the rate-weighted 0.8 (our E5, docs/papers/area.md). All methods see the
   same event trace for a seed (common random numbers), and a rerun is bitwise equal."""
   r2 = np.sqrt(2.0)  # 0.5 (r2 x - r2 c)^2 = (x - c)^2
   task = regression_task([[[r2]], [[r2]]], [[r2], [-r2]], Affine(3.0, bias=False))
@@ -72,7 +72,7 @@ def test_two_client_bias_e5():
 
 
 # ---------------------------------------------------------------------------------------
-# Exact convergence under heavy-tailed delays (§9 test 3)
+# Exact convergence under heavy-tailed delays (Theorem 8 with exact gradients)
 
 
 def test_area_converges_exactly_under_heavy_tailed_delays():
@@ -91,7 +91,7 @@ def test_area_converges_exactly_under_heavy_tailed_delays():
 
 
 # ---------------------------------------------------------------------------------------
-# Theorem 8 (§2.7, §9 test 9)
+# Theorem 8 (§4.1, Appendix A.1.2; its corrected inverse: docs/papers/area.md)
 
 
 def theorem8_matrix(p, p_s, mu, L, alpha):
@@ -204,7 +204,8 @@ def test_e1_area_converges_to_machine_precision():
 
 
 def test_e1_acceptance():
-  """§7 E1 (a)-(d) at the tuned stepsizes of the calibration, 4 seeds, float64."""
+  """Our E1 (a)-(d) (docs/papers/area.md) at the tuned stepsizes of the calibration, 4 seeds,
+  float64."""
   seeds = [0, 1, 2, 3]
   with jax.enable_x64(True):
     area = e1_errors("area", [5e-6], seeds)
@@ -222,7 +223,7 @@ def test_e1_acceptance():
     for name in ("fedbuff", "asfedavg"):
       at5, at10 = g[name]
       assert np.all(at10 >= 1e-7) and np.all(at10 >= 0.1 * at5), (name, at5, at10)
-    # (c) at t = 5: AREA < MIFA < S-FedAvg. The spec asks 10x for each gap; MIFA's over
+    # (c) at t = 5: AREA < MIFA < S-FedAvg. Our E1 (c) asks 10x for each gap; MIFA's over
     # S-FedAvg is 2-16x here depending on the rate draw (our S-FedAvg rounds last
     # E[max of 50 Exp(lambda_i)] ~ 0.6, shorter than the calibration's), so only the
     # ordering is asserted for that pair.

@@ -52,7 +52,7 @@ def test_client_rates():
 def test_event_fractions_and_gaps_follow_the_rates(make):
   """Client i sends a fraction lambda_i / sum(lambda) of the messages and the mean time
   between events is 1 / sum(lambda), whatever the delay law with mean 1/lambda_i
-  (§9 test 8; methods A and B agree)."""
+  (Example 4's clocks; the renewal and superposition samplers agree)."""
   events = 20000
   js, ts = trace(make(), events)
   assert np.all(np.diff(ts) >= 0) and js.min() >= 0 and js.max() < RATES.size
@@ -85,7 +85,7 @@ def test_fresh_delays_have_mean_one_over_rate(law, shape):
 
 
 def test_round_duration_is_the_slowest_of_the_sampled_clients():
-  """max of n fresh Exp(lambda) has mean H_n / lambda (§4.5)."""
+  """max of n fresh Exp(lambda) has mean H_n / lambda (S-FedAvg's round, docs/papers/area.md)."""
   n, rate = 8, 10.0
   clock = asynchrony.renewal(np.full(n, rate))
   durations = jax.jit(jax.vmap(lambda k: asynchrony.round_duration(clock, k, jnp.arange(n))))(
@@ -268,7 +268,6 @@ def test_default_rounds_cover_the_horizon_under_heavy_tailed_delays(algo, law, s
                                                                     horizon):
   """Without --rounds, the engine steps must reach T in all but a rare run: at least the
   99.5% quantile of the events (S-FedAvg: rounds) by T, simulated here in NumPy."""
-  from fedjax_bench.config import presets
   n, rate, delta, trials = 4, 10.0, 4, 2000
   k = int(3 * rate * horizon) + 50  # gaps drawn per client: checked to pass T below
   cfg = dict(algo=algo, num_clients=n, sim_time=horizon, async_delay=law,
@@ -284,4 +283,4 @@ def test_default_rounds_cover_the_horizon_under_heavy_tailed_delays(algo, law, s
   assert (ends[..., -1] > horizon).all()
   counts = (ends <= horizon).sum(axis=-1)
   counts = counts.sum(axis=1) if algo != "sfedavg" else counts
-  assert presets.rounds_for_horizon(cfg) >= np.quantile(counts, 0.995)
+  assert asynchronous.rounds_for_horizon(cfg) >= np.quantile(counts, 0.995)

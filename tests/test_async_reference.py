@@ -18,7 +18,7 @@ from flax import linen as nn
 from fedjax_bench import algorithms
 from fedjax_bench.core import keys
 from fedjax_bench.algorithms import asynchronous
-from fedjax_bench.task.task import make_task
+from fedjax_bench.task.build import make_task
 from fedjax_bench.data.federated import Dataset, FederatedData
 from fedjax_bench.sim import asynchrony, participation, world as world_lib
 
@@ -127,7 +127,8 @@ def reference(method, prob, trace, x0, *, alpha0, delta, steps, lr_power=0.0,
               staleness_weight="none", eta_g=1.0, mode="model_average", poisson=False):
   """x_s and the message's staleness (version and event) after every event of ``trace``
   (entries n: Poisson aggregation events), the final client memory and x_recv; written
-  from spec §2.3, §2.4, §3.2-§3.5 and §4.6 one event at a time."""
+  from Algorithms 1-2, eqs. (2)-(4) and the baselines of docs/papers/area.md one event at a
+  time."""
   n = prob.n
   xs, buf = x0.copy(), np.zeros_like(x0)
   x_recv = [x0.copy() for _ in range(n)]
@@ -261,7 +262,7 @@ def test_event_loop_matches_numpy_reference(name, extra):
   np.testing.assert_allclose(np.asarray(xs), ref_xs, rtol=2e-5, atol=2e-5)
   np.testing.assert_array_equal(np.asarray(metrics["staleness"]), ref_staleness[:, 0])
   np.testing.assert_array_equal(np.asarray(metrics["event_staleness"]), ref_staleness[:, 1])
-  if extra.get("projection") == "ball":  # P_X keeps every model in X (§2.6, §9 test 7)
+  if extra.get("projection") == "ball":  # P_X keeps every model in X (Algorithm 2)
     radius = extra["projection_radius"] * (1 + 1e-5)
     assert np.linalg.norm(np.asarray(xs), axis=-1).max() <= radius
     assert np.linalg.norm(ref_memory if name == "area" else ref_recv, axis=-1).max() <= radius
@@ -270,9 +271,9 @@ def test_event_loop_matches_numpy_reference(name, extra):
   if name in ("area", "mifa_async"):
     memory = np.asarray(flat(clients.memory))
     np.testing.assert_allclose(memory, ref_memory, rtol=2e-5, atol=2e-5)
-    # Client n-1 never reported: AREA counts it as x0, MIFA as 0 (§8.17).
+    # Client n-1 never reported: AREA counts it as x0, MIFA as 0 (docs/papers/area.md).
     np.testing.assert_array_equal(memory[-1], x0.astype(np.float32) if name == "area" else 0)
-    # The server's running aggregates are the means of the client memories (§9 tests 1, 11).
+    # The server's running aggregates are the means of the client memories (eq. (4) for AREA).
     xs_aux = np.asarray(xs) + np.asarray(aux) if name == "area" else np.asarray(aux)
     np.testing.assert_allclose(xs_aux, np.asarray(mean_memory), atol=1e-5)
   # The bookkeeping the metrics report.
@@ -284,8 +285,8 @@ def test_event_loop_matches_numpy_reference(name, extra):
 
 def test_area_invariant_x_plus_u_is_the_mean_of_the_client_memories():
   """x_s + u = mean_i y_i after every event, x_s = mean_i y_i right after each
-  aggregation, and a client that never reported still contributes y_i = x0 (spec §2.4,
-  §9 tests 1 and 11), on a stochastic renewal-clock run with minibatches."""
+  aggregation, and a client that never reported still contributes y_i = x0 (eq. (4),
+  docs/papers/area.md), on a stochastic renewal-clock run with minibatches."""
   prob = Problem(sizes=(5, 8, 3, 6, 7))
   n = prob.n
   clock = asynchrony.renewal([10, 3, 10, 20, 1e-6], "exponential")  # client 4 never reports
@@ -325,7 +326,7 @@ def test_mifa_memory_mean_is_the_mean_of_the_memories():
 
 def test_projection_keeps_every_model_in_the_ball():
   """P_X inside every local step keeps y_i and x_recv_i in X; x_s, an average of points
-  of X, stays there without projecting (spec §2.6, §9 test 7)."""
+  of X, stays there without projecting (Algorithms 1-2)."""
   prob = Problem(sizes=(5, 8, 3, 6, 7))
   task = regression_task(prob.xs, prob.ys)
   radius = 0.5
@@ -341,7 +342,7 @@ def test_projection_keeps_every_model_in_the_ball():
 
 
 # ---------------------------------------------------------------------------------------
-# Equivalences with gradient descent (spec §9 tests 5 and 6)
+# Equivalences with gradient descent (Δ = n, exact gradients)
 
 
 def gd(prob, x, alpha, rounds):
@@ -387,7 +388,7 @@ def test_sfedavg_round_averages_some_set_of_delta_clients():
 
 def test_area_on_a_round_robin_trace_is_gradient_descent_twice():
   """Delta = n, each client once per block, pre-aggregation send: x^(2m-1) = x^(2m) =
-  GD^m(x0) with step alpha / n (§9 test 6)."""
+  GD^m(x0) with step alpha / n (pre-aggregation send, Algorithm 1)."""
   prob = Problem()
   n, blocks = prob.n, 8
   js = np.tile(np.arange(n), blocks)

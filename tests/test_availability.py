@@ -1,4 +1,5 @@
-"""Availability models of the FedAWE spec §3: golden tables, marginals, states, Lemma 2."""
+"""Availability models of the FedAWE paper (§7, Appendix J.3; docs/papers/fedawe.md): golden
+tables, marginals, states, Lemma 2."""
 
 import jax
 import jax.numpy as jnp
@@ -9,7 +10,7 @@ from fedjax_bench.errors import UsageError
 from fedjax_bench.sim import availability as av
 from fedjax_bench.sim import participation
 
-# Spec §3.2, f(t) = 0.3 sin(2 pi t / 20) + 0.7.
+# Appendix J.3's sine, f(t) = 0.3 sin(2 pi t / 20) + 0.7.
 SINE_GOLDEN = [0.7, 0.7927, 0.8763, 0.9427, 0.9853, 1.0, 0.9853, 0.9427, 0.8763, 0.7927,
                0.7, 0.6073, 0.5237, 0.4573, 0.4147, 0.4, 0.4147, 0.4573, 0.5237, 0.6073]
 
@@ -26,7 +27,7 @@ def _masks_over_keys(part, rounds, draws):
       keys, jnp.asarray(rounds, jnp.int32)))
 
 
-def test_factor_tables_match_the_spec():
+def test_factor_tables_match_the_golden_values():
   np.testing.assert_allclose(av.factor_table("sine"), SINE_GOLDEN, atol=1e-4)
   np.testing.assert_allclose(av.factor_table("interleaved_sine"), SINE_GOLDEN, atol=1e-4)
   assert av.factor_table("stationary").tolist() == [1.0] * 20

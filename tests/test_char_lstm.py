@@ -10,7 +10,7 @@ import pytest
 from conftest import toy_dataset
 from fedjax_bench import models
 from fedjax_bench.algorithms import fedavg
-from fedjax_bench.task.task import make_task
+from fedjax_bench.task.build import make_task
 from fedjax_bench.data import text
 from fedjax_bench.data.federated import Dataset, FederatedData
 from fedjax_bench.errors import UsageError

@@ -10,8 +10,8 @@ import sys
 import numpy as np
 import pytest
 
-from fedjax_bench.claims import (AtLeast, AtMost, Claim, Curve, Difference, Equivalent, Figure,
-                                 Metric, Paper, Run, render)
+from fedjax_bench.claims import (AtLeast, AtMost, Claim, Curve, Difference, Equivalent, Exact,
+                                 Figure, Metric, Paper, Run, render)
 from fedjax_bench.claims import store, verdicts
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -42,8 +42,9 @@ def test_interval_is_the_student_t_interval_by_hand():
 
 
 @pytest.mark.parametrize("a, margin, verdict", [
-    ([3.0, 3.2, 2.8, 3.1, 2.9], 1.0, verdicts.REPRODUCED),    # interval > 0, mean >= margin
-    ([3.0, 3.2, 2.8, 3.1, 2.9], 5.0, verdicts.DIRECTION_ONLY),  # > 0 but short of the margin
+    ([3.0, 3.2, 2.8, 3.1, 2.9], 1.0, verdicts.REPRODUCED),    # the interval clears the margin
+    ([3.0, 3.2, 2.8, 3.1, 2.9], 5.0, verdicts.NOT_REPRODUCED),  # wholly below it: smaller
+    ([3.0, 3.2, 2.8, 3.1, 2.9], 3.0, verdicts.DIRECTION_ONLY),  # > 0, spans the margin
     ([1.0, -1.0, 2.0, -0.5, 0.8], 0.0, verdicts.DIRECTION_ONLY),  # mean > 0, interval spans 0
     ([-0.2, 0.1, -0.3, 0.2, -0.1], 0.0, verdicts.NOT_REPRODUCED),  # mean <= 0, spans 0
     ([-3.0, -3.2, -2.8, -3.1, -2.9], 0.0, verdicts.CONTRADICTED),  # interval < 0
@@ -61,10 +62,10 @@ def test_difference_verdicts(a, margin, verdict):
 
 
 def test_difference_is_paired_per_seed():
-  # Unpaired, the seeds' spread (±10) hides the +1 gap; paired, every seed gains exactly 1.
-  recs = records(a=[11.0, 21.0, 1.0], b=[10.0, 20.0, 0.0])
+  # Unpaired, the seeds' spread (±10) hides the +1 gap; paired, every seed gains about 1.
+  recs = records(a=[11.1, 21.0, 0.9], b=[10.0, 20.0, 0.0])
   out = Difference(Metric("a"), Metric("b"), 0.5).outcome(recs)
-  assert out.verdict == verdicts.REPRODUCED and out.interval == "[+1.00, +1.00]"
+  assert out.verdict == verdicts.REPRODUCED and out.interval == "[+0.75, +1.25]"
   recs["b"]["seeds"] = [3, 4, 5]
   with pytest.raises(ValueError, match="do not share seeds"):
     Difference(Metric("a"), Metric("b")).outcome(recs)
@@ -78,6 +79,131 @@ def test_difference_is_paired_per_seed():
 def test_equivalent_verdicts(a, verdict):
   recs = records(a=a, b=[0.0] * 5)
   assert Equivalent(Metric("a"), Metric("b"), 0.6).outcome(recs).verdict == verdict
+
+
+def test_a_mean_above_the_margin_is_not_enough_the_whole_interval_must_clear_it():
+  # E2a-fedbuff's shape: mean 0.66 above the margin log10 3 = 0.477, interval [0.35, 0.97].
+  d = [0.50, 0.66, 0.82]
+  recs = records(a=d, b=[0.0] * 3)
+  mean, lo, hi = verdicts.interval(d)
+  assert mean > np.log10(3) > lo > 0
+  out = Difference(Metric("a"), Metric("b"), np.log10(3)).outcome(recs)
+  assert out.verdict == verdicts.DIRECTION_ONLY
+  assert Difference(Metric("a"), Metric("b"), 0.2).outcome(recs).verdict == verdicts.REPRODUCED
+
+
+def test_an_interval_wholly_below_the_claimed_size_is_not_reproduced_whatever_its_sign():
+  # Ex2-p0.1's shape: the paper claims more than 10 pp; we measure +0.18 [−0.46, +0.81].
+  recs = records(a=[0.0, 0.18, 0.36], b=[0.0] * 3)
+  assert Difference(Metric("a"), Metric("b"), 10.0).outcome(recs).verdict == \
+      verdicts.NOT_REPRODUCED
+  assert Difference(Metric("a"), Metric("b")).outcome(recs).verdict == verdicts.DIRECTION_ONLY
+  # A size the paper states above our margin: T5-R3-hv-sign-degrades, margin 1, claimed
+  # 11.56, measured +0.93 [−3.99, +5.85]; an interval clear of the margin but wholly below
+  # the claimed size is not reproduced either.
+  recs = records(a=[-1.5, 0.93, 3.36], b=[0.0] * 3)
+  assert Difference(Metric("a"), Metric("b"), 1.0, claimed=11.56).outcome(recs).verdict == \
+      verdicts.NOT_REPRODUCED
+  assert Difference(Metric("a"), Metric("b"), 1.0).outcome(recs).verdict == \
+      verdicts.DIRECTION_ONLY
+  clear = records(a=[3.0, 3.2, 2.8, 3.1, 2.9], b=[0.0] * 5)
+  assert Difference(Metric("a"), Metric("b"), 1.0, claimed=11.56).outcome(clear).verdict == \
+      verdicts.NOT_REPRODUCED
+  assert Difference(Metric("a"), Metric("b"), 1.0, claimed=3.1).outcome(clear).verdict == \
+      verdicts.DIRECTION_ONLY  # above the margin, but the claimed 3.1 inside the interval
+  assert Difference(Metric("a"), Metric("b"), 1.0, claimed=2.5).outcome(clear).verdict == \
+      verdicts.REPRODUCED  # the whole interval above the claimed size
+  below_zero = records(a=[-3.0, -3.2, -2.8], b=[0.0] * 3)  # below 0: contradicted first
+  assert Difference(Metric("a"), Metric("b"), 1.0, claimed=5.0).outcome(below_zero).verdict \
+      == verdicts.CONTRADICTED
+  with pytest.raises(ValueError, match="claimed size at least the margin"):
+    Difference(Metric("a"), Metric("b"), 2.0, claimed=1.0)
+
+
+def reached(name, rounds_per_seed, last=60):
+  """A record whose test_accuracy reaches 1 at each seed's round (evaluations every 10)."""
+  rounds = list(range(0, last + 1, 10))
+  acc = [[[1.0 if r >= t else 0.0 for t in rounds_per_seed]] for r in rounds]
+  return {"name": name, "seeds": list(range(len(rounds_per_seed))), "rounds": rounds,
+          "metrics": {"test_accuracy": acc}}
+
+
+def test_three_tied_discrete_differences_are_not_reproduced_by_a_zero_width_interval():
+  # T8-lag-¾'s shape: FedAWE reaches the target one evaluation (10 rounds) after FedAvg on
+  # each of 3 seeds: +10, +10, +10. A t-interval is [+10, +10]; the sign test (3/3,
+  # p = 0.25) decides nothing: [−∞, +∞], direction only.
+  recs = {"a": reached("a", [30, 40, 20]), "b": reached("b", [20, 30, 10])}
+  reach = lambda run: Metric(run, reach=1.0)
+  out = Difference(reach("a"), reach("b")).outcome(recs)
+  assert (out.verdict, out.ours, out.interval, out.kind) == (
+      verdicts.DIRECTION_ONLY, "+10.00", "[−∞, +∞]", "median")
+  # Continuous values that all tie are tested alike.
+  tied = records(a=[12.0, 12.0, 12.0], b=[2.0, 2.0, 2.0])
+  out = Difference(Metric("a"), Metric("b")).outcome(tied)
+  assert (out.verdict, out.kind) == (verdicts.DIRECTION_ONLY, "median")
+  # Six seeds, every one +10: the sign test's p = 1/64 decides (the interval's ends are the
+  # order statistics it allows).
+  recs = {"a": reached("a", [30, 40, 20, 30, 40, 20]), "b": reached("b", [20, 30, 10] * 2)}
+  out = Difference(reach("a"), reach("b")).outcome(recs)
+  assert (out.verdict, out.interval) == (verdicts.REPRODUCED, "[+10.00, +10.00]")
+
+
+def test_sign_interval_is_the_order_statistics_the_exact_sign_test_allows():
+  assert verdicts.sign_interval([1.0, 2.0, 3.0]) == (2.0, -np.inf, np.inf)
+  assert verdicts.sign_interval([1.0, 2.0, 3.0, 4.0, 5.0]) == (3.0, -np.inf, np.inf)
+  # n = 6: P(Binomial(6, ½) = 0) = 1/64 ≤ 0.025 < P(≤ 1): the smallest and the largest.
+  assert verdicts.sign_interval(range(6)) == (2.5, 0.0, 5.0)
+  # n = 10: P(≤ 1) = 11/1024 ≤ 0.025 < P(≤ 2): the 2nd smallest and the 2nd largest.
+  assert verdicts.sign_interval(range(10)) == (4.5, 1.0, 8.0)
+
+
+def test_a_bound_on_its_boundary_is_not_past_it():
+  # E2b's shape: every seed's tuned stepsize exactly 30x (log10 on a half-decade grid),
+  # against a margin of log10 30, computed differently (floating-point slack of 1e-16).
+  n = 10
+  grid = [{"client_lr": 10.0}, {"client_lr": 300.0}]
+  rec = lambda name, point: {"name": name, "seeds": list(range(n)), "rounds": [0, 10],
+                             "grid": grid, "metrics": {"gap": [[[0.0] * n] * 2] * 2}}
+  recs = {"a": rec("a", 1), "b": rec("b", 0)}
+  lr = lambda run, point: Metric(run, "client_lr", point=point, log_floor=1e-30)
+  margin = np.log10(3) + 1.0
+  d = lr("a", 1).values(recs) - lr("b", 0).values(recs)
+  assert abs(d[0] - margin) < 1e-12
+  for m in (margin, np.nextafter(margin, 0), np.nextafter(margin, 2)):
+    out = Difference(lr("a", 1), lr("b", 0), m).outcome(recs)
+    assert out.verdict == verdicts.DIRECTION_ONLY, m  # on the margin: not cleared
+  # An equivalence whose interval ends on ±w (E3-alpha's shape) does not hold; one
+  # clearly inside does.
+  recs = records(a=[0.4, 0.5, 0.6, 0.45, 0.55, 0.5], b=[0.0] * 6)
+  mean, lo, hi = verdicts.interval([0.4, 0.5, 0.6, 0.45, 0.55, 0.5])
+  assert Equivalent(Metric("a"), Metric("b"), hi).outcome(recs).verdict == \
+      verdicts.NOT_REPRODUCED
+  assert Equivalent(Metric("a"), Metric("b"), hi * (1 + 1e-9)).outcome(recs).verdict == \
+      verdicts.NOT_REPRODUCED
+  assert Equivalent(Metric("a"), Metric("b"), hi + 0.01).outcome(recs).verdict == \
+      verdicts.REPRODUCED
+  # A threshold reached exactly (7 digits of θ̂ = 1) is not past it.
+  ones = records(t=[1.0] * 6)
+  assert AtLeast(Metric("t"), 1.0).outcome(ones).verdict == verdicts.NOT_REPRODUCED
+  assert AtLeast(Metric("t"), 0.99).outcome(ones).verdict == verdicts.REPRODUCED
+  with pytest.raises(ValueError, match="an identity is an Exact check"):
+    Equivalent(Metric("a"), Metric("b"), 0.0)
+
+
+def test_an_exact_check_holds_on_every_seed_or_fails():
+  recs = records(a=[1.0, 2.0, 3.0], same=[1.0, 2.0, 3.0], off=[1.0, 2.0, 3.001],
+                 low=[0.5, 1.5, 2.5])
+  assert Exact(Metric("a"), Metric("same")).outcome(recs).verdict == verdicts.HOLDS
+  assert Exact(Metric("a"), Metric("off")).outcome(recs).verdict == verdicts.FAILS
+  assert Exact(Metric("a"), Metric("low"), relation=">").outcome(recs).verdict == \
+      verdicts.HOLDS
+  assert Exact(Metric("low"), Metric("a"), relation=">").outcome(recs).verdict == \
+      verdicts.FAILS
+  out = Exact(Metric("same"), value=2.0).outcome(records(same=[2.0, 2.0 + 1e-9]))
+  assert (out.verdict, out.kind, out.interval) == (verdicts.HOLDS, "every seed",
+                                                   "[2.00, 2.00]")
+  with pytest.raises(ValueError, match="is a check"):
+    Claim("x", "s", "p", Exact(Metric("a"), value=1.0))
 
 
 def test_threshold_verdicts():
@@ -117,6 +243,30 @@ def test_a_claim_has_a_test_or_a_reason_and_reads_declared_runs():
           figures=(Figure("f.png", "t", (Curve("a", "a"), Curve("b", "b"))),))
 
 
+def test_checks_are_shown_apart_from_the_claims_and_their_counts():
+  paper = Paper("p", "A paper", "spec.md", runs=(Run("a", {}), Run("b", {})),
+                claims=(Claim("c1", "a beats b", "+1", Difference(Metric("a"), Metric("b"))),
+                        Claim("k1", "a equals itself", "—", Exact(Metric("a"), Metric("a")),
+                              check="identity"),
+                        Claim("k2", "our margin", "≥ 5", Difference(Metric("a"), Metric("b"),
+                                                                    5.0), check="calibration")))
+  recs = records(a=[3.0, 3.1, 2.9], b=[1.0, 1.0, 1.0])
+  for r in recs.values():
+    r.update(seconds=1.0)
+  text = render(paper, recs)["REPORT.md"]
+  assert "Verdicts: 1 reproduced." in text
+  assert "The 2 checks that are not claims of the paper" in text
+  assert ": 1 not reproduced, 1 holds." in text
+  claims_part, checks_part = text.split("## Checks")
+  assert "| c1 |" in claims_part and "| k1 |" not in claims_part
+  assert "| k1 | a equals itself | identity | — | +0.00, range [+0.00, +0.00], n=3 | " \
+         "**holds** |" in checks_part
+  assert "| k2 |" in checks_part and "**not reproduced**" in checks_part
+  assert text.index("| c1 |") < text.index("## Checks")  # the claims come first
+  assert "Multiplicity: 1 claims were tested" in text  # the checks are not counted
+  assert "- **k1** (a check): " in render(paper, recs)["VERDICTS.md"]
+
+
 def test_report_is_a_function_of_the_records():
   paper = Paper("p", "A paper", "spec.md", runs=(Run("a", {"algo": "fedavg"}), Run("b", {})),
                 claims=(Claim("c1", "a beats b", "+1", Difference(Metric("a"), Metric("b"))),
@@ -131,9 +281,14 @@ def test_report_is_a_function_of_the_records():
   assert "| c1 | a beats b | +1 | +2.00 [+1.75, +2.25], n=3 | **reproduced** |" in text
   assert "| c2 | on GPU | — | — | **not attempted**: needs a GPU |" in text
   assert "Verdicts: 1 reproduced, 1 not attempted." in text
+  assert "The counts are of the paper's 2 claims, one row each." in text
+  assert ("Multiplicity: 1 claims were tested" in text
+          and "1 of the 1 reproduced rows stay reproduced" in text)
+  assert "## Checks" not in text
   assert "## How each verdict is computed" not in text and "| a | 0,1,2 |" not in text
   assert "[VERDICTS.md](VERDICTS.md)" in text and "[RUNS.md](RUNS.md)" in text
   assert "- **c1**: " in files["VERDICTS.md"] and "--claim=c1" in files["VERDICTS.md"]
+  assert "## Rules" in files["VERDICTS.md"] and "sign test" in files["VERDICTS.md"]
   runs = files["RUNS.md"]
   assert "`python benchmarks/run.py --algo=fedavg --seeds=0,1,2`" in runs
   assert "| a | 0,1,2 | 1 | — | — | abc |" in runs  # recorded before CPU seconds and load were

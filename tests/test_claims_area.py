@@ -114,8 +114,24 @@ def test_tuning_excludes_diverged_points_and_breaks_ties_toward_the_later_point(
     tied["r"]["metrics"]["gap"][1][g][0] = NAN
   out = Difference(Metric("r", "gap", tune=tune), Metric("r", "gap")).outcome(tied)
   assert out.verdict == verdicts.NOT_REPRODUCED and out.ours == "n/a"
-  with pytest.raises(ValueError, match="same run"):
-    Metric("r", "gap", tune=Metric("other", "gap")).values(rec)
+
+
+def test_a_tune_of_another_run_reads_this_run_at_the_same_swept_values():
+  # The destabilize rows: the 50-step run read at the stepsize tuned for the one-step run.
+  one = tuned_record()["r"]  # tunes to lr 10 (seed means 5, 2, 6.33)
+  other = tuned_record()["r"]
+  other["grid"] = [{"client_lr": a} for a in (3.0, 10.0, 30.0)]
+  other["metrics"]["gap"] = [[[10, 10, 10], [7, 8, 9], [0, 0, 0]], [[1, 1, 1], [4, 5, 6],
+                                                                    [0, 0, 0]]]
+  recs = {"one": one, "other": other}
+  at = Metric("other", "gap", tune=Metric("one", "gap"))
+  np.testing.assert_allclose(at.values(recs), [4, 5, 6])  # other's point of lr 10
+  assert "of one (its swept values, read here)" in at.describe()
+  recs["other"]["grid"] = [{"client_lr": a} for a in (3.0, 30.0, 100.0)]
+  assert np.isnan(at.values(recs)).all()  # no point of lr 10 here: no value
+  recs["other"]["seeds"] = [5, 6, 7]
+  with pytest.raises(ValueError, match="do not share seeds"):
+    at.values(recs)
 
 
 def test_tune_below_picks_the_last_point_under_the_value():

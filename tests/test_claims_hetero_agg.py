@@ -45,25 +45,27 @@ def test_smoothness_in_a_difference_is_paired_per_seed():
   assert o.ours == f"{mean:+.2f}".replace("-", "−")
 
 
-def test_relative_is_the_mean_fraction_paired_per_seed():
-  # rounds to a target: a at 20, 30, 40; b saves 10%, 20%, 30% of a's
+def test_relative_is_the_fraction_saved_paired_per_seed():
+  # rounds to a target (discrete: the median with the sign-test interval): a at 20, 30, 40
+  # on six seeds; b saves 10%, 20%, 30% of a's
   a = Metric("a", reach=0.9)
   b = Metric("b", reach=0.9)
   rounds = list(range(61))
+  seeds = range(6)
 
   def reaching(at):
     return np.array([[1.0 if r >= t else 0.0 for t in at] for r in rounds])
 
-  recs = {"a": _record(reaching([20, 30, 40]), rounds),
-          "b": _record(reaching([18, 24, 28]), rounds)}
-  fractions = np.array([0.1, 0.2, 0.3])
-  mean, lo, hi = interval(fractions)
+  recs = {"a": _record(reaching([20, 30, 40] * 2), rounds, seeds),
+          "b": _record(reaching([18, 24, 28] * 2), rounds, seeds)}
   o = Relative(a, b, margin=0.15).outcome(recs)
-  assert o.verdict == DIRECTION_ONLY  # mean 0.2 ≥ 0.15 but the interval reaches below 0
-  assert o.ours == f"{mean:+.2f}" and o.interval == f"[{lo:+.2f}, {hi:+.2f}]".replace("-", "−")
-  tight = {"a": recs["a"], "b": _record(reaching([16, 24, 32]), rounds)}  # 20% each
+  assert o.kind == "median" and o.ours == "+0.20" and o.interval == "[+0.10, +0.30]"
+  assert o.verdict == DIRECTION_ONLY  # the interval spans the margin
+  tight = {"a": recs["a"], "b": _record(reaching([16, 24, 32] * 2), rounds, seeds)}  # 20%
   assert Relative(a, b, margin=0.15).outcome(tight).verdict == REPRODUCED
-  assert Relative(a, b, margin=0.25).outcome(tight).verdict == DIRECTION_ONLY
+  # the paper's size (Table 3: 46%) above the whole interval: smaller than claimed
+  assert Relative(a, b, claimed=0.46).outcome(tight).verdict == NOT_REPRODUCED
+  assert Relative(a, b, margin=0.25).outcome(tight).verdict == NOT_REPRODUCED
   assert Relative(b, a).outcome(tight).verdict == CONTRADICTED
   same = {"a": recs["a"], "b": recs["a"]}
   assert Relative(a, b).outcome(same).verdict == NOT_REPRODUCED

@@ -38,7 +38,7 @@ def _run(args, tmp_path, env=None, timeout=600):
     (["--client_lr=0"], "--client_lr must be positive"),
     (["--alpha=-1"], "--alpha must be positive"),
     (["--seeds=two"], "--seeds='two' must be a count"),
-    (["--model=cnn"], "--model=cnn needs image data"),
+    (["--model=cnn"], "--model=fedavg_cnn needs image data"),
     (["--dataset=synthetic", "--partition=dirichlet"], "natural per-user split"),
     (["stray"], "unexpected arguments"),
     (["--sweep=client_lr"], "must look like NAME:V1,V2"),

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from fedjax_bench import models
-from fedjax_bench.core import compression as C
+from fedjax_bench.algorithms import compression as C
 from fedjax_bench.errors import UsageError
 
 KEY = jax.random.PRNGKey(0)
@@ -40,7 +40,8 @@ def shapes(tree):
                       is_leaf=lambda s: isinstance(s, tuple))
 
 
-# Concrete models (§4.3): flax-style parameter trees of shapes.
+# Concrete models (the Fed-EF MLP and CNN, docs/papers/fedef.md): flax-style parameter trees
+# of shapes.
 CNN = shapes({"Conv_0": {"kernel": (3, 3, 1, 32), "bias": (32,)},
               "Conv_1": {"kernel": (3, 3, 32, 64), "bias": (64,)},
               "Dense_0": {"kernel": (9216, 128), "bias": (128,)},
@@ -154,7 +155,7 @@ def test_exactly_k_entries_with_ties(name):
 
 
 def test_topk_properties_on_random_leaves():
-  """§8.2 item 5, per leaf: k_i non-zeros, kept values unchanged, the largest kept."""
+  """Per leaf: k_i non-zeros, kept values unchanged, the largest kept."""
   for k in (0.001, 0.05, 0.3, 1.0):
     for tree in _random_trees(np.random.default_rng(0), 8):
       for x, y in zip(jax.tree.leaves(tree), jax.tree.leaves(apply("topk", tree, k=k))):
@@ -208,7 +209,7 @@ def test_layer_and_global_grouping():
   assert C.make("topk", k=0.4, grouping="global").bits(tree) == 32 * 2
 
 
-# ---- exact error formulas and the compression constants of §3.8 ----
+# ---- exact error formulas and the compression constants (Definition 1's q_C) ----
 
 @pytest.mark.parametrize("kw", [dict(name="topk", k=0.1), dict(name="topk", k=0.5),
                                 dict(name="sign"), dict(name="hvsign", k=0.1),
@@ -241,7 +242,7 @@ def test_q2_closed_forms():
 
 
 def test_sign_exact_error():
-  """§3.3: ‖C(x) − x‖² = ‖x‖² − (‖x‖₁²/d)(2 − nnz/d), = ‖x‖² − ‖x‖₁²/d without zeros."""
+  """Scaled sign: ‖C(x) − x‖² = ‖x‖² − (‖x‖₁²/d)(2 − nnz/d), = ‖x‖² − ‖x‖₁²/d without zeros."""
   for tree in _random_trees(np.random.default_rng(2), 8):
     for x, y in zip(jax.tree.leaves(tree), jax.tree.leaves(apply("sign", tree))):
       d, l1, nnz = x.size, np.abs(x).sum(), np.count_nonzero(x)
@@ -250,7 +251,8 @@ def test_sign_exact_error():
 
 
 def test_hvsign_structure_and_exact_error():
-  """§8.2 item 7: TopK support, one magnitude = mean |x| over it, the exact error of §3.4."""
+  """Heavy-Sign (Definition 2): TopK support, one magnitude = mean |x| over it, its exact
+  error."""
   for k in (0.05, 0.3):
     for tree in _random_trees(np.random.default_rng(3), 8):
       hv, top = apply("hvsign", tree, k=k), apply("topk", tree, k=k)
@@ -294,9 +296,9 @@ def test_stoc_is_unbiased_and_within_the_variance_bound(case):
     assert np.all(np.abs(mean - x[name]) <= 4 * se + 1e-6), (name, mean, x[name])
   err = sum(np.sum(np.square(q[k] - x[k]), axis=1) for k in x)
   assert err.mean() <= comp.q2(tree) * sq(tree)
-  # §8.2 item 8: relative error of the Monte-Carlo mean < 2 %
+  # Stoc is unbiased (Appendix A, eq. (4)): relative error of the Monte-Carlo mean < 2 %
   assert np.linalg.norm(np.concatenate([q[k].mean(0) - x[k] for k in x])) < 0.02 * sq(tree) ** 0.5
-  # §8.2 item 8: every |Q_j| is a level j‖x‖/s of the norm of its leaf (layer) or of the
+  # QSGD's levels: every |Q_j| is a level j‖x‖/s of the norm of its leaf (layer) or of the
   # tree (global), signs match x, and zeros stay zero.
   s = 2 ** (b - 1)
   for name in x:
@@ -321,24 +323,24 @@ def test_stoc_global_norm_uses_one_norm():
   np.testing.assert_allclose(out["b"], arr(0, 4))
 
 
-# ---- bits (§3.9) ----
+# ---- bits (docs/papers/fedef.md, bits per message) ----
 
-def test_bits_of_the_spec_models():
+def test_bits_of_the_fedef_models():
   mlp = mnist_mlp()
   assert C.dense_bits(mlp) == 32 * 159_010
-  assert C.make("sign").bits(mlp) == 159_138                        # §8.2 item 9
+  assert C.make("sign").bits(mlp) == 159_138                        # d + 32 per tensor
   assert C.make("topk", k=0.01).bits(mlp) == 32 * 1_591 == 50_912
   assert C.make("stoc", stoc_bits=1).bits(mlp) == 159_010 + 32 * 4
   assert C.make("stoc", stoc_bits=4, stoc_norm="global").bits(mlp) == 4 * 159_010 + 32
   assert C.make("hvsign", k=0.01).bits(mlp) == 1_591 + 32 * 4
   assert C.dense_bits(mlp) / C.make("hvsign", k=0.01).bits(mlp) == pytest.approx(2960, abs=0.5)
-  # CNN (§3.9): k_i = 2, 1, 184, 1, 11796, 1, 12, 1
+  # CNN (cnn_mnist): k_i = 2, 1, 184, 1, 11796, 1, 12, 1
   assert C.dense_bits(CNN) == 32 * 1_199_882
   assert C.make("sign").bits(CNN) == 1_200_138
   assert C.make("topk", k=0.01).bits(CNN) == 383_936
   assert C.make("hvsign", k=0.01).bits(CNN) == 12_254
   assert C.make("hvsign", k=0.1).bits(CNN) == 120_241
-  # digits MLP 64-200-10 (§6.2 C6)
+  # digits MLP 64-200-10 (C6 of tests/test_fedef_claims.py)
   expected = {("identity", 0.01): 480_320, ("sign", 0.01): 15_138, ("topk", 0.01): 4_832,
               ("topk", 0.05): 24_032, ("hvsign", 0.05): 879, ("stoc", 0.01): 15_138}
   for (name, k), bits in expected.items():
@@ -374,7 +376,7 @@ ALL = [dict(name="identity"), dict(name="topk", k=0.2), dict(name="randk", k=0.2
 
 
 def test_error_feedback_invariant():
-  """§8.2 item 1: with e_new = Δ + e_old − C(Δ + e_old), Δ̃ + e_new == Δ + e_old."""
+  """Error feedback (Alg. 2): with e_new = Δ + e_old − C(Δ + e_old), Δ̃ + e_new == Δ + e_old."""
   comps = [C.make(**kw) for kw in ALL]
 
   @jax.jit

@@ -18,7 +18,7 @@ import pytest
 
 from conftest import REPO, device_probe
 from fedjax_bench import data, engine, experiment
-from fedjax_bench.core import memory
+from fedjax_bench.core import device_memory
 from fedjax_bench.errors import UsageError
 
 PROBE = Path(__file__).parent / "scripts" / "per_seed_probe.py"
@@ -188,8 +188,8 @@ def test_data_seed_is_partition_seed_plus_seed():
 def test_seed_spread_is_wider_with_data_per_seed():
   """toyfl near convergence (full participation, zero init): with one partition and one
   data set for all seeds the seeds differ only in their minibatches, and the final test
-  accuracy hardly varies; redrawn per seed (the FedAWE spec's procedure) it varies by
-  about 1-2 pp (our measurement, docs/papers/fedawe.md: "raw seed-to-seed std about 2 pp")."""
+  accuracy hardly varies; redrawn per seed (the FedAWE paper's procedure) it varies by
+  about 1-2 pp (docs/papers/fedawe.md: the raw seed-to-seed std is about 2 pp)."""
   cfg = _cfg("generated", algo="fedavg", num_clients=10, alpha=1.0, participation="full",
              availability="off", zero_init=True, local_steps=5, batch_size=64)
   seeds = [0, 1, 2, 3]
@@ -241,8 +241,8 @@ def test_partition_json_records_every_seeds_partition(tmp_path):
 
 def test_memory_estimate_counts_the_index_maps(fake_mnist):
   exp = experiment.setup(_cfg("index_map", data_per_seed=True), seeds=SEEDS)
-  base = memory.estimate(exp.build, exp.task, exp.hparams, exp.world, 2, 1)
-  with_maps = memory.estimate(exp.build, exp.task, exp.hparams, exp.world, 2, 1,
+  base = device_memory.estimate(exp.build, exp.task, exp.hparams, exp.world, 2, 1)
+  with_maps = device_memory.estimate(exp.build, exp.task, exp.hparams, exp.world, 2, 1,
                               run_data=exp.run_data)
   n, rows, scored = 12, 1200, 500  # clients, layout rows, train_loss rows (int32 each)
   # seed; index, offsets, counts, owner, train_eval rows and count; steps; phi's p [n].

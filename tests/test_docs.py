@@ -26,6 +26,13 @@ whose files are generated or local):
 
 Placeholders (`algorithms/NAME.py`, `results/PAPER/REPORT.md`, `--FLAG=VALUE`) are skipped.
 A bare `name()` is not checked: it usually names a protocol's method (`init`, `round`).
+
+Beyond the docs, no file of the repository (sources, tests, flagfiles, reports; not the run
+records under results/*/runs/ nor this file) cites the notes the project was started from,
+which a clone does not have: the shared folder beside the checkout (its specs, papers and
+design notes; only its TFDS data directory may be named, as a default location) or a spec's
+section numbers ("spec 000 §8", "the spec's pseudocode"). Cite the paper's own sections,
+equations, tables and figures, or the decision record in docs/papers/.
 """
 
 import functools
@@ -34,6 +41,7 @@ import inspect
 import os
 import pkgutil
 import re
+import subprocess
 
 import pytest
 
@@ -418,7 +426,7 @@ def test_the_checks_pass_names_that_exist_and_prose():
 Names: `rounds.static`, `claims.store.config_key`, `store.config_key`, `core/local.py`,
 `fedjax_bench/core/local.py`, `local.train_cohort(task, world)`, `compile_cache.py`,
 `algorithms/asynchronous.Method(init, ingest, aggregate)`, `Task.for_run`, `ServerState.aux`,
-`presets.HETERO_AGG_DEFAULTS`, `fedjax_bench.run(algo=...)`, `results/speed/`,
+`presets.HETERO_AGG_MNIST`, `fedjax_bench.run(algo=...)`, `results/speed/`,
 `tests/test_keys.py`, `algorithms/NAME.py`, `results/PAPER/REPORT.md`, `config.json`,
 `jax.random`, `np.savez`, `tf.keras.optimizers.Adam`, `--client_lr`, `--noerror_feedback`,
 `--FLAG=VALUE`, `--xla_cpu_use_thunk_runtime=false`, `python benchmarks/claims.py --verify`,
@@ -437,3 +445,58 @@ def test_slugs_follow_github():
   assert slug("Devices and reproducibility") == "devices-and-reproducibility"
   assert slug("The synchronous round (`core/rounds.py`)") == "the-synchronous-round-coreroundspy"
   assert slug("Fed-EF: compression, error feedback") == "fed-ef-compression-error-feedback"
+
+
+# --- self-contained: no citation of what a clone lacks --------------------------------------
+
+OUTSIDE_CITATION = re.compile(
+    r"\.\./shared/(?!tfds\b)"                 # the shared folder, but for the data directory
+    r"|\bDESIGN\.md\b"                        # its design notes (docs/design.md is ours)
+    r"|\b[Ss]pecs?[ _/]?00\d"                 # "spec 000", "Spec 002_area", "specs/001"
+    r"|\b[Ss]pec\s*§|\b00\d\s*§"              # "spec §2.3", "(001 §6.1)"
+    r"|\b[Tt]he (?:[\w-]+ )?spec(?:'s)?\b")   # "the spec's pseudocode", "the FedAWE spec"
+
+
+def outside_citations(name: str, text: str) -> list[str]:
+  return [f"{name}:{text.count(chr(10), 0, m.start()) + 1}: {m.group(0)!r}"
+          for m in OUTSIDE_CITATION.finditer(text)]
+
+
+def repository_files() -> list[str]:
+  """Tracked and untracked, not ignored, text files (paths relative to the root)."""
+  try:
+    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard",
+                             "-z"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+  except (OSError, subprocess.CalledProcessError):
+    pytest.skip("not a git checkout")
+  me = os.path.relpath(os.path.abspath(__file__), ROOT)
+  return [n for n in listed.split("\0") if n and n != me and os.path.isfile(os.path.join(ROOT, n))
+          and not re.match(r"results/[^/]+/runs/", n)]
+
+
+def test_no_file_cites_the_notes_a_clone_lacks():
+  problems = []
+  for name in repository_files():
+    with open(os.path.join(ROOT, name), "rb") as f:
+      data = f.read()
+    if b"\0" in data:
+      continue  # binary (figures)
+    try:
+      problems += outside_citations(name, data.decode("utf-8"))
+    except UnicodeDecodeError:
+      continue
+  assert not problems, ("cite the paper or docs/papers/ instead of notes outside the "
+                        "repository:\n" + "\n".join(problems))
+
+
+def test_the_citation_check_catches_the_forms_used_before():
+  cited = ["(spec 000 §2.10)", "Spec 002_area §5.1", "the spec's pseudocode", "spec §9 Q1",
+           "The Fed-EF spec's CPU-scale claims", "(001 §6.1-§6.2)", "see ../shared/specs/x.md",
+           "../shared/DESIGN.md", "(§8.5, DESIGN.md)", "The spec's CPU-scale experiment"]
+  for text in cited:
+    assert outside_citations("x", text), text
+  fine = ["TFDS_DATA_DIR=../shared/tfds", "docs/design.md", "PartitionSpec('runs')",
+          "settings.Spec.convert", "the paper's §7, Appendix J", "`spec.image_shape`",
+          "in_specs=spec", "claim spec-C", "docs/papers/fedawe.md"]
+  for text in fine:
+    assert not outside_citations("x", text), text

@@ -140,8 +140,8 @@ def test_local_model_trains_its_free_client_alone():
 
 
 def test_authors_code_server_update_algebra():
-  """§2.5 with one full-batch local step: priority-only w + 3Δ̄_P; All w1 + 2A with the
-  free clients starting at w1; FedALIGN (everyone accepted) w2 + A from w2."""
+  """`--compat=authors_code` (docs/papers/fedalign.md) with one full-batch local step:
+  priority-only w + 3Δ̄_P; All w1 + 2A with the free clients starting at w1; FedALIGN (everyone accepted) w2 + A from w2."""
   tree = lambda f, *ts: jax.tree.map(f, *ts)
   for algo, eps in (("fedavg_priority", 0.2), ("fedavg_all_clients", 0.2), ("fedalign", 1.01)):
     out, exp, w = _one_round(algo, align_epsilon=eps, compat="authors_code", local_steps=1,

@@ -10,7 +10,7 @@ from flax import linen as nn
 from conftest import toy_setup
 from fedjax_bench.algorithms import fedavg
 from fedjax_bench.core import keys, local
-from fedjax_bench.task.task import make_task
+from fedjax_bench.task.build import make_task
 from fedjax_bench.data.federated import Dataset, FederatedData
 from fedjax_bench.sim import participation, world as world_lib
 
@@ -135,7 +135,8 @@ def test_unknown_weighting_is_a_usage_error():
 
 
 def test_amsgrad_is_the_papers_form_without_bias_correction():
-  """Fed-EF spec §2.3: no bias correction, eps inside the square root; hand recursion."""
+  """The Fed-EF paper's AMSGrad (docs/papers/fedef.md): no bias correction, eps inside the square
+  root; hand recursion."""
   from fedjax_bench.core import server_opt
   opt = server_opt.make("amsgrad", 0.5, b1=0.9, b2=0.999, eps=1e-8)
   x = {"w": jnp.array([1.0, -2.0])}

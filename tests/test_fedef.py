@@ -1,12 +1,13 @@
 """Fed-SGD / Fed-AMS / Fed-EF (the Fed-EF paper's Algorithms 1-3; docs/papers/fedef.md): golden runs against an independent NumPy
-transcription of the spec's pseudocode, the identities of §2.6-§2.10, bits (§3.9), the
-per-round diagnostics (§4.7) and bad input.
+transcription of the pseudocode (Algorithms 1-4), the identities of Algorithms 2-3, bits, the
+per-round diagnostics (Appendix C's q_A², Figures 8-9's gradient norm) and bad input.
 
 The golden runs use a regression MLP 4 -> 3 (ReLU) -> 1 with squared error: four parameter
-tensors of 3, 12, 1 and 3 entries, so per-tensor grouping (§3.1) decides what TopK, Sign and
-heavy-Sign keep. Local training is full-batch GD (`shuffle` with a batch as large as the
+tensors of 3, 12, 1 and 3 entries, so per-tensor grouping (our "layer-wise") decides what TopK,
+Sign and heavy-Sign keep. Local training is full-batch GD (`shuffle` with a batch as large as the
 largest client), so the NumPy side writes ClientUpdate with a hand-derived gradient and
-needs no autodiff. The compressors on the NumPy side are written from §3, not imported.
+needs no autodiff. The compressors on the NumPy side are written from §3.1 and Appendix A, not
+imported.
 """
 
 import dataclasses
@@ -18,9 +19,9 @@ import pytest
 
 from conftest import toy_dataset, toy_setup
 from fedjax_bench import engine, models, settings
-from fedjax_bench.algorithms import fedavg, fedef
-from fedjax_bench.core import compression, keys, memory, rounds
-from fedjax_bench.task.task import make_task
+from fedjax_bench.algorithms import compression, fedavg, fedef
+from fedjax_bench.core import device_memory, keys, rounds
+from fedjax_bench.task.build import make_task
 from fedjax_bench.data.federated import Dataset, FederatedData
 from fedjax_bench.errors import UsageError
 from fedjax_bench.sim import participation, world as world_lib
@@ -67,11 +68,11 @@ def masks_of(world, seed, rounds_):
 
 
 # ---------------------------------------------------------------------------------------
-# The compressors of §3, per parameter tensor (§3.1)
+# The compressors of §3.1 and Appendix A, per parameter tensor (docs/papers/fedef.md)
 
 
 def kept(k, d):
-  """k_i = max(1, floor(k d_i)) (§3.2)."""
+  """k_i = max(1, floor(k d_i)) (§5.1, footnote 2)."""
   return max(1, int(np.floor(k * d + 1e-9)))
 
 
@@ -80,14 +81,14 @@ def compress_tensor(name, x, k):
   out = np.zeros_like(f)
   if name == "identity":
     return x.copy()
-  if name == "sign":      # ‖x‖₁/d_i · sign(x), sign(0) = 0 (§3.3)
+  if name == "sign":      # ‖x‖₁/d_i · sign(x), sign(0) = 0 (Definition 1)
     out = np.mean(np.abs(f)) * np.sign(f)
-  else:                   # exactly k_i largest |x|, ties to the lower index (§3.2)
+  else:                   # exactly k_i largest |x|, ties to the lower index (ours)
     ki = kept(k, f.size)
     s = np.argsort(-np.abs(f), kind="stable")[:ki]
     if name == "topk":
       out[s] = f[s]
-    elif name == "hvsign":  # mean |x| over the support, its signs (§3.4, "support")
+    elif name == "hvsign":  # mean |x| over the support, its signs (Definition 2, "support")
       out[s] = np.sum(np.abs(f[s])) / ki * np.sign(f[s])
     else:
       raise ValueError(name)
@@ -146,7 +147,7 @@ def mlp_grad(p, x, y):
 
 
 def client_update(p, x, y, steps, lr):
-  """§2.1: K full-batch GD steps; Δ = θ_t − θ_local (uphill, §1)."""
+  """ClientUpdate: K full-batch GD steps; Δ = θ_t − θ_local (uphill, as the proofs write it)."""
   q = dict(p)
   for _ in range(steps):
     q = add(q, mlp_grad(q, x, y), -lr)
@@ -155,7 +156,7 @@ def client_update(p, x, y, steps, lr):
 
 def reference(theta, masks, xs, ys, *, server, lr, compressor, k=0.5, ef=True,
               restart_after=0, restart_from=0, down=None, down_k=0.5):
-  """§2.2-§2.10 as written, with the spec's own two-way form (§2.10: H = C(u + ϕ),
+  """Algorithms 1-4 as written, with a cleaned reading of Algorithm 3 (two-way: H = C(u + ϕ),
   θ ← θ − η H); the implementation keeps η inside its ϕ, equal for positively homogeneous
   compressors with ϕ_impl = η ϕ. Returns the state after every round."""
   err = [zeros_like(theta) for _ in range(N)]
@@ -232,9 +233,9 @@ GOLDEN_CASES = [
 @pytest.mark.parametrize("algo,extra,ref_kw", GOLDEN_CASES,
                          ids=[f"{a}-{'-'.join(f'{k}={v}' for k, v in e.items())}"
                               for a, e, _ in GOLDEN_CASES])
-def test_rounds_match_numpy_reference_of_the_spec(algo, extra, ref_kw, golden):
-  """§2.2-§2.10 under uniform partial participation (3 of 6): θ, every e_i, last_i, the
-  AMSGrad moments, the server error ϕ and q_A², q_C² (§4.7) after every round."""
+def test_rounds_match_numpy_reference(algo, extra, ref_kw, golden):
+  """Algorithms 1-4 under uniform partial participation (3 of 6): θ, every e_i, last_i, the
+  AMSGrad moments, the server error ϕ and q_A², q_C² (Appendix C) after every round."""
   task, world, xs, ys = golden
   ams = algo in ("fedams", "fedef_ams")
   lr = 0.05 if ams else 0.7
@@ -314,11 +315,11 @@ def test_numpy_compressors_are_per_tensor():
 
 
 # ---------------------------------------------------------------------------------------
-# 2. The error-feedback invariant and frozen errors (§2.6, §2.8), with minibatches
+# 2. The error-feedback invariant and frozen errors (Algorithm 2, §4.3), with minibatches
 
 
-def spec_deltas(task, world, hp):
-  """(server, key) -> (mask, Δ): every client's Δ_i (spec sign) of the round from the
+def update_deltas(task, world, hp):
+  """(server, key) -> (mask, Δ): every client's Δ_i (uphill sign) of the round from the
   library's ClientUpdate, which the golden test checks against the hand-written one; [n]
   rows, zero for absent clients."""
   @jax.jit
@@ -341,17 +342,18 @@ def spec_deltas(task, world, hp):
 
 @pytest.mark.parametrize("compressor,k", [("sign", 0.1), ("topk", 0.2), ("stoc", 0.1)])
 def test_error_feedback_invariant_and_frozen_errors(compressor, k):
-  """Δ̃_i + e_new == Δ_i + e_old on every participant, where Δ̃_i is C(Δ_i + e_old) (§3 on
-  the NumPy side; for Stoc the implied Δ̃ = a − e_new must lie on the QSGD lattice), and
+  """Δ̃_i + e_new == Δ_i + e_old on every participant, where Δ̃_i is C(Δ_i + e_old) (the
+  compressors above on the NumPy side; for Stoc the implied Δ̃ = a − e_new must lie on the QSGD
+  lattice), and
   mean_M Δ̃_i is exactly the server's step (θ_t − θ_{t+1}) / η. Absent clients' errors
-  stay bitwise as they were (§2.8)."""
+  stay bitwise as they were (§4.3)."""
   task, world = toy_setup(num_clients=6, cohort=3, local_steps=3, batch_size=4)
   eta = 0.8
   hp = dict(client_lr=0.2, server_lr=eta, batch_size=4, compressor=compressor, compress_k=k,
             stoc_bits=2, client_width=1)
   alg = fedef.fedef_sgd.build(task, world, hp)
   server, clients = alg.init(init_key(0))
-  step, deltas_of = jax.jit(alg.round), spec_deltas(task, world, hp)
+  step, deltas_of = jax.jit(alg.round), update_deltas(task, world, hp)
   for t in range(5):
     key = round_key(0, t)
     mask, delta = deltas_of(server, key)
@@ -400,7 +402,7 @@ def _trajectory(alg, rounds_=5, seed=0):
 
 @pytest.mark.parametrize("server_opt", ["sgd", "amsgrad"])
 def test_identity_equals_full_precision_and_fedavg(server_opt):
-  """§2.6-§2.7: Fed-EF with identity ≡ Fed-SGD / Fed-AMS; §2.2: Fed-SGD with η ≡ FedAvg with
+  """Algorithm 2 with identity ≡ Fed-SGD / Fed-AMS; Fed-SGD (Algorithm 4) with η ≡ FedAvg with
   server_lr η, uniform weights; bitwise, same keys, minibatches, 3 of 6 clients."""
   task, world = toy_setup(num_clients=6, cohort=3, local_steps=3, batch_size=4)
   base = dict(client_lr=0.3, batch_size=4, server_lr=0.6 if server_opt == "sgd" else 0.05,
@@ -423,7 +425,7 @@ def test_identity_equals_full_precision_and_fedavg(server_opt):
 
 
 # ---------------------------------------------------------------------------------------
-# 4. Virtual sequences (§2.8 under partial participation, §2.10 two-way)
+# 4. Virtual sequences (§4.3 under partial participation, §6 two-way)
 
 
 @pytest.mark.parametrize("compressor", ["topk", "sign"])
@@ -435,7 +437,7 @@ def test_virtual_sequence_under_partial_participation(compressor):
             client_width=1)
   alg = fedef.fedef_sgd.build(task, world, hp)
   server, clients = alg.init(init_key(1))
-  step, deltas_of = jax.jit(alg.round), spec_deltas(task, world, hp)
+  step, deltas_of = jax.jit(alg.round), update_deltas(task, world, hp)
   virtual = lambda s, c: {k: v - eta / m * flat(c.error)[k].sum(0)
                           for k, v in flat(s.params).items()}
   for t in range(6):
@@ -454,7 +456,7 @@ def test_virtual_sequence_under_partial_participation(compressor):
 
 @pytest.mark.parametrize("server_opt", ["sgd", "amsgrad"])
 def test_two_way_virtual_sequence(server_opt):
-  """§2.10 in the implementation's form (η inside the server error ϕ): the server sends
+  """Algorithm 3 in the implementation's form (η inside the server error ϕ): the server sends
   H = C_down(η u_t + ϕ_t) and keeps ϕ_{t+1} = η u_t + ϕ_t − H, so θ̃_t = θ_t − ϕ_t obeys
   θ̃_{t+1} = θ̃_t − η u_t (u_t = Δ̄̃_t for SGD, m_t / sqrt(v̂_t + ε) for AMSGrad), and with the
   clients' errors x_t = θ̃_t − (η/m) Σ_i e_{t,i} obeys x_{t+1} = x_t − (η/m) Σ_{M_t} Δ_{t,i}."""
@@ -464,7 +466,7 @@ def test_two_way_virtual_sequence(server_opt):
             down_compressor="topk", down_compress_k=0.2, **AMS, client_width=1)
   alg = (fedef.fedef_sgd if server_opt == "sgd" else fedef.fedef_ams).build(task, world, hp)
   server, clients = alg.init(init_key(2))
-  step, deltas_of = jax.jit(alg.round), spec_deltas(task, world, hp)
+  step, deltas_of = jax.jit(alg.round), update_deltas(task, world, hp)
   for t in range(6):
     key = round_key(2, t)
     mask, delta = deltas_of(server, key)
@@ -488,7 +490,7 @@ def test_two_way_virtual_sequence(server_opt):
 
 
 # ---------------------------------------------------------------------------------------
-# 5. Bits (§3.9) through engine.run
+# 5. Bits (docs/papers/fedef.md, bits per message) through engine.run
 
 MLP_D = 784 * 200 + 200 + 200 * 10 + 10     # 159,010 in 4 tensors
 FULL_BITS = 32 * MLP_D                      # 5,088,320
@@ -507,7 +509,7 @@ def mnist_mlp():
 
 
 def test_message_bits_of_the_784_200_10_mlp(mnist_mlp):
-  """§3.9's table: Sign 159,138; TopK-0.01 nnz 1,591 -> 50,912; hv-Sign-0.1 16,029; full
+  """The message sizes: Sign 159,138; TopK-0.01 nnz 1,591 -> 50,912; hv-Sign-0.1 16,029; full
   precision 32 d; the ratios ≈ 32×, ≈ 100×, ≈ 317×."""
   assert (FULL_BITS, SIGN_BITS, TOPK_01_BITS) == (5_088_320, 159_138, 50_912)
   task, _ = mnist_mlp
@@ -550,8 +552,9 @@ def test_cumulative_bits_through_the_engine(algo, extra, up, down, mnist_mlp):
 
 
 def test_cumulative_bits_are_exact_after_many_rounds(mnist_mlp):
-  """C6 (§6.2): after T rounds the uplink total is exactly T p bits(message); §8.1 asks for
-  bit counts kept exactly, not as float32 sums. Full precision, 3 of 4 clients, 100 rounds:
+  """C6 (tests/test_fedef_claims.py): after T rounds the uplink total is exactly
+  T p bits(message); bit counts are kept exactly, not as float32 sums. Full precision, 3 of 4
+  clients, 100 rounds:
   every increment 3/4 · 5,088,320 = 3,816,240 and the total 381,624,000 are float32 numbers,
   so a float32 metric can carry them exactly; a running float32 sum drifts (to 381,624,448)."""
   task, _ = mnist_mlp
@@ -566,7 +569,7 @@ def test_cumulative_bits_are_exact_after_many_rounds(mnist_mlp):
 
 
 # ---------------------------------------------------------------------------------------
-# 6. The full-batch gradient norm (§4.7)
+# 6. The full-batch gradient norm (Figures 8-9)
 
 
 @pytest.mark.parametrize("examples", [0, 17])
@@ -613,7 +616,7 @@ def test_bad_input_is_a_usage_error(monkeypatch):
     fedef.fedsgd.build(task, world, {**hp, "down_compressor": "bogus"})
   # Memory: the n x d error state is refused in one line naming clients and parameters.
   d = sum(a.size for a in jax.tree.leaves(task.init_params(jax.random.PRNGKey(0))))
-  monkeypatch.setattr(memory, "device_bytes", lambda: 6 * d * 4)  # 80% of it is too little
+  monkeypatch.setattr(device_memory, "device_bytes", lambda: 6 * d * 4)  # 80% of it is too little
   with pytest.raises(UsageError) as info:
     fedef.fedef_sgd.build(task, world, hp)
   msg = str(info.value)

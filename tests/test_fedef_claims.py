@@ -1,15 +1,16 @@
-"""The Fed-EF spec's CPU-scale claims (001 §6.1-§6.2, C1-C7) over 3 seeds.
+"""Our CPU-scale claims for Fed-EF (C1-C7, declared before the runs; docs/papers/fedef.md) over
+3 seeds.
 
 scikit-learn (and so `load_digits`) is not installed, so "digits-2shard" runs on real MNIST
 from ../shared/tfds made digits-like: 3,000 random training images (2,000 test images), the
 centre 24x24 crop mean-pooled 3x3 to 8x8 = 64 features in [0, 1]; n = 20 clients of two
-single-class shards (§4.2), about 150 examples each; the MLP 64-200-10 (d = 15,010, four
+single-class shards (§5.1), about 150 examples each; the MLP 64-200-10 (d = 15,010, four
 tensors, flax default init); one local epoch of batch 16 (about 10 steps, the paper's K),
 eta_l = 0.05; server SGD eta = 1 or AMSGrad eta = 0.01 (0.9, 0.999, 1e-8); full
 participation; T = 100; accuracy and full-train loss are means over rounds 91-100 and over
 seeds 0-2. The partition is fixed (seed 0); seeds vary init, minibatches and Stoc draws.
 3,000 examples rather than digits' 1,437: with 1,437 the AMSGrad TopK-0.01 loss gap (C7)
-was 1.4x, under the spec's 1.5x; with 3,000 every claim holds with a margin.
+was 1.4x, under the declared 1.5x; with 3,000 every claim holds with a margin.
 
 Measured on 2 cores: about 100 s (15 runs of 3 seeds, ~7 s each, half of it compilation);
 160 s while other jobs shared the cores.
@@ -27,7 +28,7 @@ import pytest
 from conftest import shared_tfds_dir
 from fedjax_bench import engine, models
 from fedjax_bench.algorithms import fedef
-from fedjax_bench.task.task import make_task
+from fedjax_bench.task.build import make_task
 from fedjax_bench.data import partition as partition_lib
 from fedjax_bench.data.federated import Dataset, FederatedData
 from fedjax_bench.data.tfds_data import load_arrays
@@ -41,7 +42,7 @@ NUM_CLIENTS, ROUNDS, SEEDS = 20, 100, [0, 1, 2]
 AMS = dict(server_beta1=0.9, server_beta2=0.999, server_eps=1e-8)
 MLP_D = 64 * 200 + 200 + 200 * 10 + 10  # 15,010 in 4 tensors
 
-# name: (algorithm, hyperparameters, uplink bits per message, §3.9 / C6)
+# name: (algorithm, hyperparameters, uplink bits per message, C6)
 METHODS = {
     "full": ("fedsgd", dict(compressor="identity"), 480_320),
     "sign_noef": ("fedsgd", dict(compressor="sign", error_feedback=False), 15_138),
@@ -134,7 +135,7 @@ def test_c5_unbiased_stoc_matches_full_precision(results):
 
 
 def test_c6_bits_are_t_p_bits_per_message(results):
-  """C6: after T rounds at p = 1, T · bits(message) bits, exactly, per §3.9; EF reaches
+  """C6: after T rounds at p = 1, T · bits(message) bits, exactly; EF reaches
   full precision at ≈3 % (Sign), ≈1 % (TopK-0.01), ≈0.2 % (hv-Sign-0.05) of the bits."""
   assert METHODS["full"][2] == 32 * MLP_D
   for name, (_, _, bits) in METHODS.items():
@@ -147,13 +148,13 @@ def test_c6_bits_are_t_p_bits_per_message(results):
 
 @pytest.mark.parametrize("compressor", ["sign", "topk01"])
 def test_c7_amsgrad_server_keeps_the_ordering(results, compressor):
-  """C7 / §6.4: with the AMSGrad server, loss(X-noEF) >= 1.5 loss(X-EF) and acc EF >= noEF."""
+  """C7: with the AMSGrad server, loss(X-noEF) >= 1.5 loss(X-EF) and acc EF >= noEF."""
   ef, no = results[f"ams_{compressor}_ef"], results[f"ams_{compressor}_noef"]
   assert no["loss"] >= 1.5 * ef["loss"] and ef["acc"] >= no["acc"], _table(results)
 
 
 def test_c1_under_partial_participation(setup):
-  """§6.2: under p = 0.5 only C1 is robust at this scale: Sign without EF is far worse."""
+  """Under p = 0.5 only C1 is robust at this scale: Sign without EF is far worse."""
   part = participation.uniform(NUM_CLIENTS, NUM_CLIENTS // 2)
   ef, no = _run(setup, "sign_ef", part), _run(setup, "sign_noef", part)
   assert ef["acc"] >= no["acc"] + 10, (ef, no)

@@ -20,18 +20,21 @@ REPO = Path(__file__).resolve().parents[1]
 _CHECK_ALL = r"""
 import glob, json, shlex, sys
 import numpy as np
-from fedjax_bench import api, cli, data, settings
+from fedjax_bench import api, cli, data, models, settings
+from fedjax_bench.engine import run_dir
 from fedjax_bench.errors import UsageError
 
 before = json.load(open("tests/data/flagfile_configs.json"))
 
 def norm(value):
+  if isinstance(value, str) and value in models.MODELS_BY_NAME:
+    return models.MODELS_BY_NAME[value].name  # a model alias is recorded as its model's name
   return tuple(str(v) for v in value) if isinstance(value, (list, tuple)) else value
 
 # Settings added since the configurations were recorded (and those left out of run
 # fingerprints at their default for that reason).
 NEW = ("tensorboard", "compile_cache", "checkpoint_max_share", "local_optimum", "overwrite",
-       "local_optimum_steps") + api._OMITTED_AT_DEFAULT
+       "local_optimum_steps") + run_dir.OMITTED_AT_DEFAULT
 
 def compare(key, cfg, grid, exp):
   old = before["combinations"].get(key)

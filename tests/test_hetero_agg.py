@@ -1,7 +1,7 @@
 """Loss-aware aggregation (docs/papers/hetero_agg.md): the weight functions, the exact
-quadratic toys Q1/Q2 of §9 end to end through the algorithm, Q3 (stochastic) with the
+quadratic toys Q1/Q2 end to end through the algorithm, Q3 (stochastic) with the
 weight functions, equivalences with FedAvg,
-the vectorized loss pass, the partitions, the model and the curve statistics (§11)."""
+the vectorized loss pass, the partitions, the model and the curve statistics (Tables 3-4)."""
 
 import jax
 import jax.numpy as jnp
@@ -10,9 +10,8 @@ import pytest
 
 from conftest import toy_setup
 from fedjax_bench import models
-from fedjax_bench.algorithms import fedavg, fedmax, fednova
-from fedjax_bench.core import loss_weights as lw
-from fedjax_bench.task.task import make_task
+from fedjax_bench.algorithms import fedavg, fedmax, fednova, loss_weights as lw
+from fedjax_bench.task.build import make_task
 from fedjax_bench.data import partition
 from fedjax_bench.data.federated import Dataset, FederatedData
 from fedjax_bench.errors import UsageError
@@ -30,7 +29,7 @@ def _random_cases():
     yield np.round(rng.uniform(0, 3, n), 0), p / p.sum()  # many ties
 
 
-# --- §11.1-3: the weight functions -----------------------------------------------------------
+# --- the weight functions (§2.3, eq. 8) -----------------------------------------------------
 
 @pytest.mark.parametrize("name", lw.STRATEGIES)
 def test_weights_are_on_the_simplex(name):
@@ -88,7 +87,7 @@ def test_fednova_coefficients():
   np.testing.assert_allclose(lw.fednova_coefficients(p, jnp.array([3, 3, 3])), p, rtol=1e-6)
 
 
-# --- §9: the closed-form quadratic toys, end to end through the algorithm ----------------------
+# --- the closed-form quadratic toys, end to end through the algorithm -------------------------
 
 def _quadratic(a, c, copies):
   """Client i holds ``copies[i]`` copies of one example with loss (a_i/2)(w - c_i)^2,
@@ -122,7 +121,8 @@ def _trajectory(algo, task, hp, *, w0, rounds, local_steps):
 
 
 Q1 = dict(a=(0.25, 0.5, 0.75, 1.0), c=(0.0,) * 4, copies=(4, 3, 2, 1))
-# spec §9 Q1: (algorithm, hyperparameters) -> w_1, w_2, w_3, w_10
+# Q1 (Γ = 0, r_i = (1 − η a_i)^E, w_t+1 = Σ α_i r_i w_t): (algorithm, hyperparameters) -> w_1, w_2,
+# w_3, w_10
 Q1_TABLE = [
     (fedmax.fedsoftmax, dict(softmax_beta=0.0), (2.3125, 1.336914, 0.772903, 1.668e-02)),
     (fedmax.fedmax, {}, (1.0, 0.25, 0.0625, 3.815e-06)),
@@ -134,7 +134,7 @@ Q1_TABLE = [
 
 
 @pytest.mark.parametrize("algo,hp,expected", Q1_TABLE)
-def test_q1_error_free_toy_matches_the_spec_table(algo, hp, expected):
+def test_q1_error_free_toy_matches_the_closed_form(algo, hp, expected):
   w = _trajectory(algo, _quadratic(**Q1), {**hp, "client_lr": 0.5}, w0=4.0, rounds=10,
                   local_steps=2)
   # the table's precision: 6 decimals for w_1..w_3, 4 significant digits for w_10
@@ -173,7 +173,7 @@ Q2 = dict(a=(1.0, 1.0, 1.0), c=(-1.0, 0.0, 2.0), copies=(5, 3, 2))
     (fedmax.fedsoftmax, dict(softmax_beta=2.0), 0.371285),
     (fedmax.fedmax_k, dict(fedmax_k=2), 0.5),
 ])
-def test_q2_biased_limits_match_the_spec(algo, hp, limit):
+def test_q2_biased_limits_match_the_closed_form(algo, hp, limit):
   w = _trajectory(algo, _quadratic(**Q2), {**hp, "client_lr": 0.1}, w0=5.0, rounds=400,
                   local_steps=2)
   np.testing.assert_allclose(w[-1], limit, atol=1e-5)
@@ -206,7 +206,7 @@ def test_lr_decay_per_round_is_the_client_schedule(algo, hp):
   assert abs(w_const[2] - w[2]) > 1e-3  # the decay is not a no-op
 
 def test_q1_q2_weight_functions_in_float64():
-  """The §9 recursions with the library's weight functions in float64, to 1e-6."""
+  """The Q1/Q2 recursions with the library's weight functions in float64, to 1e-6."""
   with jax.enable_x64(True):
     a, p = np.array(Q1["a"]), np.array([0.4, 0.3, 0.2, 0.1])
     r = (1 - 0.5 * a) ** 2
@@ -226,10 +226,10 @@ def test_q1_q2_weight_functions_in_float64():
 
 
 def _q3(weights, c, *, rounds=3000, seed=0):
-  """Spec §9 Q3 in float64: N = 10, d = 5, F_i = (a_i/2)‖w − c_i‖², a_i ~ U(0.2, 1), E = 5
-  local SGD steps with N(0, I) gradient noise at η = 1/(μ(s + γ)), s the global step (A18),
-  μ = min a, L = max a, γ = 4L/μ; ℓ_i = F_i(w_t) (F_i* = 0). p is not given by the spec
-  (p_i ∝ U(0.5, 1.5) here). Per round: ‖α − p‖₁, α and ρ."""
+  """Q3 (Research Question 3) in float64: N = 10, d = 5, F_i = (a_i/2)‖w − c_i‖²,
+  a_i ~ U(0.2, 1), E = 5 local SGD steps with N(0, I) gradient noise at η = 1/(μ(s + γ)), s the
+  global step (the theory counts local steps), μ = min a, L = max a, γ = 4L/μ; ℓ_i = F_i(w_t)
+  (F_i* = 0). p is ours (p_i ∝ U(0.5, 1.5) here). Per round: ‖α − p‖₁, α and ρ."""
   n, d, steps = 10, 5, 5
   rng = np.random.default_rng(seed)
   a = rng.uniform(0.2, 1.0, n)
@@ -255,7 +255,8 @@ def _q3(weights, c, *, rounds=3000, seed=0):
 def test_q3_stochastic_alpha_tends_to_p_at_rate_1_over_t_iid_and_to_a_tilt_non_iid():
   softmax = lambda ell, p: lw.fedsoftmax(ell, p, beta=1.0)
   with jax.enable_x64(True):
-    # Γ = 0: ‖α_r − p‖₁ · r stays O(1) (spec calibration: 0.03–0.13 over rounds 10–3000).
+    # Γ = 0: ‖α_r − p‖₁ · r stays O(1) (an independent NumPy calibration: 0.03–0.13 over
+    # rounds 10–3000).
     # Single-run values are noisy, so compare medians over windows of rounds.
     _, l1, _, rho = _q3(softmax, np.zeros((10, 5)))
     r = np.arange(len(l1))
@@ -264,8 +265,8 @@ def test_q3_stochastic_alpha_tends_to_p_at_rate_1_over_t_iid_and_to_a_tilt_non_i
     assert 0.01 <= min(scaled) and max(scaled) <= 0.2, scaled
     assert np.median(l1[2000:]) < np.median(l1[10:20]) / 50
     assert rho.min() >= 1 - 1e-12  # exponential tilting
-    # Γ > 0, one outlier client: ‖α − p‖₁ settles at a fixed limit (spec: 0.55–0.58) and α
-    # up-weights the outlier (spec: 0.20 -> 0.44).
+    # Γ > 0, one outlier client: ‖α − p‖₁ settles at a fixed limit (calibration: 0.55–0.58) and
+    # α up-weights the outlier (calibration: 0.20 -> 0.44).
     c = np.zeros((10, 5))
     c[0] = 2.0
     p, l1, alpha, rho = _q3(softmax, c)
@@ -348,7 +349,7 @@ def test_fedmax_round_equals_a_per_client_python_loop():
 
 
 def test_data_size_driven_local_steps():
-  """§11.5: with E epochs each client runs exactly E * ceil(n_i / b) steps."""
+  """With E epochs each client runs exactly E * ceil(n_i / b) steps (§3.1's τ_i)."""
   steps = world_lib.client_steps(np.array([1, 64, 65, 200, 500]), local_steps=1,
                                  local_epochs=2, batch_size=64)
   np.testing.assert_array_equal(steps, [2, 2, 4, 8, 16])
@@ -360,7 +361,7 @@ def test_bad_fedmax_k_is_a_usage_error():
     fedmax.fedmax_k.build(task, world, {**HP, "fedmax_k": 5})
 
 
-# --- §6: partitions and the model -------------------------------------------------------------
+# --- partitions and the model (§3.1, Table 2) -------------------------------------------------
 
 def _labels(n=20000, seed=0):
   return np.random.default_rng(seed).integers(0, 10, n)

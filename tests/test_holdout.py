@@ -7,7 +7,7 @@ import pytest
 
 from conftest import toy_dataset, toy_setup
 from fedjax_bench import api
-from fedjax_bench.task.task import client_test_table
+from fedjax_bench.task.build import client_test_table
 from fedjax_bench.data import holdout
 from fedjax_bench.errors import UsageError
 

@@ -68,3 +68,69 @@ def test_imports_run_down_the_layers():
 def test_the_check_sees_an_upward_import(tmp_path):
   tree = ast.parse("from fedjax_bench import engine\nfrom fedjax_bench.core import keys\n")
   assert _imported_units(tree) == {"engine", "core"}
+
+
+ALGORITHMS = PACKAGE / "algorithms"
+# The one algorithm module others may import: FedAvg, whose Hparams (--weighting) and
+# client_weights FedProx, SCAFFOLD, FedDyn, Ditto and FedALIGN extend.
+BASE_ALGORITHMS = {"fedavg"}
+
+
+def registered_modules() -> set:
+  """The modules of algorithms/ that algorithms/__init__.py registers an algorithm of
+  (`register("fedsgd", fedef.fedsgd)` names fedef). The others (asynchronous.py, the
+  mechanisms of one paper kept beside its algorithms) register none."""
+  out = set()
+  for node in ast.walk(ast.parse((ALGORITHMS / "__init__.py").read_text())):
+    if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "register":
+      target = node.args[1]
+      while isinstance(target, ast.Attribute):
+        target = target.value
+      out.add(target.id)
+  return out
+
+
+def _algorithm_modules_imported(tree) -> set:
+  """The modules of algorithms/ a module imports (a name the package itself binds, such as
+  `register`, is not a module and is left out)."""
+  names = set()
+  for node in ast.walk(tree):
+    if isinstance(node, ast.ImportFrom):
+      module = node.module or ""
+      if node.level == 1:  # from . import x, from .x import y
+        names |= {module.split(".")[0]} if module else {a.name for a in node.names}
+      elif module == "fedjax_bench.algorithms":
+        names |= {a.name for a in node.names}
+      elif module.startswith("fedjax_bench.algorithms."):
+        names.add(module.split(".")[2])
+    elif isinstance(node, ast.Import):
+      names |= {a.name.split(".")[2] for a in node.names
+                if a.name.startswith("fedjax_bench.algorithms.")}
+  return names & {p.stem for p in ALGORITHMS.glob("*.py")} - {"__init__"}
+
+
+def algorithm_to_algorithm_imports() -> set:
+  """(importer, imported) where a module of algorithms/ imports an algorithm module: what
+  several algorithms share belongs in core/ or in a module that registers none."""
+  algorithms = registered_modules() - BASE_ALGORITHMS
+  found = set()
+  for path in sorted(ALGORITHMS.glob("*.py")):
+    if path.stem == "__init__":
+      continue
+    for target in _algorithm_modules_imported(ast.parse(path.read_text())):
+      if target in algorithms and target != path.stem:
+        found.add((path.stem, target))
+  return found
+
+
+def test_no_algorithm_imports_another():
+  assert algorithm_to_algorithm_imports() == set()
+
+
+def test_the_check_sees_an_algorithm_importing_another():
+  assert {"fedavg", "fedef", "mifa", "area"} <= registered_modules()
+  assert not {"asynchronous", "compression"} & registered_modules()
+  tree = ast.parse("from fedjax_bench.algorithms.mifa import init_with_memory\n"
+                   "from fedjax_bench.algorithms import asynchronous, fedprox, register\n"
+                   "def f():\n  import fedjax_bench.algorithms.fedawe\n")
+  assert _algorithm_modules_imported(tree) == {"mifa", "asynchronous", "fedprox", "fedawe"}

@@ -16,7 +16,7 @@ import pytest
 from fedjax_bench import models
 from fedjax_bench.algorithms import area, fedef, fedprox
 from fedjax_bench.core import keys
-from fedjax_bench.task.task import make_task
+from fedjax_bench.task.build import make_task
 from fedjax_bench.data import stream
 from fedjax_bench.data.federated import Dataset, FederatedData
 from fedjax_bench.sim import participation, world as world_lib

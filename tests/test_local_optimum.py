@@ -9,9 +9,9 @@ import pytest
 from conftest import toy_dataset
 from test_data_per_seed import _fake_mnist, _run
 from fedjax_bench import models
-from fedjax_bench.algorithms import fedmax
-from fedjax_bench.core import keys, local_optimum
-from fedjax_bench.task.task import make_task
+from fedjax_bench.algorithms import fedmax, local_optimum
+from fedjax_bench.core import keys
+from fedjax_bench.task.build import make_task
 from fedjax_bench.data.federated import Dataset, FederatedData
 from fedjax_bench.errors import UsageError
 from fedjax_bench.sim import participation, world as world_lib

@@ -7,7 +7,7 @@ import pytest
 
 from fedjax_bench import models
 from fedjax_bench.algorithms import fedavg
-from fedjax_bench.task.task import make_task
+from fedjax_bench.task.build import make_task
 from fedjax_bench.data.federated import Dataset, FederatedData
 from fedjax_bench.errors import UsageError
 from fedjax_bench.sim import participation
@@ -18,9 +18,11 @@ from fedjax_bench.sim import world as world_lib
     ("logreg", 784 * 10 + 10),
     ("mlp", 784 * 200 + 200 + 200 * 200 + 200 + 200 * 10 + 10),   # 199,210
     # conv 5x5x1x32, conv 5x5x32x64, dense 7*7*64 -> 512, dense 512 -> 10
-    ("cnn", 5 * 5 * 32 + 32 + 5 * 5 * 32 * 64 + 64 + 3136 * 512 + 512 + 512 * 10 + 10),
-    # Fed-EF spec §4.3: 3x3 VALID convs 1->32->64, pool, dense 12*12*64 -> 128 -> 10
-    ("cnn_mnist", 1_199_882),
+    ("fedavg_cnn", 5 * 5 * 32 + 32 + 5 * 5 * 32 * 64 + 64 + 3136 * 512 + 512 + 512 * 10 + 10),
+    # Fed-EF's CNN (§5.2; its sizes are ours, docs/papers/fedef.md): 3x3 VALID convs
+    # 1->32->64, pool, dense 12*12*64 -> 128 -> 10
+    ("fedef_cnn", 1_199_882),
+    ("fedsoftmax_cnn", 34_826), ("fedsoftmax_cnn_literal", 2_596_426),
 ])
 def test_shapes_and_parameter_counts(name, params):
   model = models.make(name, num_classes=10, is_image=True)
@@ -30,10 +32,21 @@ def test_shapes_and_parameter_counts(name, params):
 
 
 def test_unknown_model_and_cnn_without_images():
-  with pytest.raises(UsageError, match="logreg, mlp, cnn"):
+  with pytest.raises(UsageError, match="logreg, mlp, linear, fedavg_cnn"):
     models.make("transformer", num_classes=10, is_image=True)
-  with pytest.raises(UsageError, match="image data"):
-    models.make("cnn", num_classes=10, is_image=False)
+  for name in ("fedavg_cnn", "cnn"):  # and by its alias
+    with pytest.raises(UsageError, match=f"--model={name} needs image data"):
+      models.make(name, num_classes=10, is_image=False)
+
+
+def test_aliases_are_valid_model_names_after_the_names():
+  names = [m for m in models.MODELS if models.MODELS_BY_NAME[m].name == m]
+  assert list(models.MODELS[:len(names)]) == names
+  assert {a for n in names for a in models.MODELS_BY_NAME[n].aliases} == set(
+      models.MODELS[len(names):])
+  with pytest.raises(ValueError, match="'cnn' is registered twice"):
+    models.register("other_cnn", models.MODELS_BY_NAME["cnn"].build, aliases=("cnn",))
+  assert "other_cnn" not in models.MODELS_BY_NAME
 
 
 def test_cnn_fedavg_learns_bright_from_dark_images():
@@ -43,7 +56,7 @@ def test_cnn_fedavg_learns_bright_from_dark_images():
   parts = np.array_split(np.arange(160), 4)
   ds = Dataset("bright", FederatedData.from_partition(x, y, parts), x[:40], y[:40].astype(np.int32),
                2, (28, 28, 1), True)
-  task = make_task(ds, models.make("cnn", num_classes=2, is_image=True))
+  task = make_task(ds, models.make("fedavg_cnn", num_classes=2, is_image=True))
   world = world_lib.make(participation.full(4), np.full(4, 3))
   alg = fedavg.build(task, world, {"client_lr": 0.05, "batch_size": 8})
   server, clients = alg.init(jax.random.PRNGKey(0))
@@ -67,7 +80,8 @@ def _init_cnn(name, seed=0, normalize=None):
 
 
 @pytest.mark.parametrize("name,params", [
-    ("cnn_svhn", 273_706), ("cnn_cifar10", 551_786), ("cnn_cinic10", 1_193_130)])
+    ("fedawe_cnn_svhn", 273_706), ("fedawe_cnn_cifar10", 551_786),
+    ("fedawe_cnn_cinic10", 1_193_130)])
 def test_fedawe_cnn_parameter_counts_and_outputs(name, params):
   model, p = _init_cnn(name)
   assert name in models.MODELS
@@ -78,7 +92,7 @@ def test_fedawe_cnn_parameter_counts_and_outputs(name, params):
 
 
 def test_fedawe_cnn_init_statistics():
-  _, p = _init_cnn("cnn_cinic10", seed=3)
+  _, p = _init_cnn("fedawe_cnn_cinic10", seed=3)
   for layer, fan_in in (("Conv_0", 27), ("Conv_1", 288)):
     assert p[layer]["kernel"].shape[:3] == (3, 3, p[layer]["kernel"].shape[2])
     std = float(jnp.std(p[layer]["kernel"]))
@@ -118,12 +132,12 @@ def _torch_layout_forward(p, x, norm):
 
 
 def test_fedawe_cnn_matches_pytorch_layout_and_normalizes_itself():
-  model, p = _init_cnn("cnn_cifar10", normalize=CIFAR_NORM)
+  model, p = _init_cnn("fedawe_cnn_cifar10", normalize=CIFAR_NORM)
   x = jax.random.uniform(jax.random.PRNGKey(1), (4, 32, 32, 3))
   got = model.apply({"params": p}, x)
   want = _torch_layout_forward(p, x, CIFAR_NORM)
   np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4, atol=1e-4)
-  plain, _ = _init_cnn("cnn_cifar10")
+  plain, _ = _init_cnn("fedawe_cnn_cifar10")
   standardized = (x - jnp.asarray(CIFAR_NORM[0])) / jnp.asarray(CIFAR_NORM[1])
   np.testing.assert_allclose(np.asarray(plain.apply({"params": p}, standardized)),
                              np.asarray(got), rtol=1e-5, atol=1e-5)
@@ -131,7 +145,7 @@ def test_fedawe_cnn_matches_pytorch_layout_and_normalizes_itself():
 
 def test_dropout_only_in_training_mode():
   x = jax.random.uniform(jax.random.PRNGKey(1), (8, 32, 32, 3))
-  model, p = _init_cnn("cnn_cinic10")
+  model, p = _init_cnn("fedawe_cnn_cinic10")
   v = {"params": p}
   eval_out = model.apply(v, x)
   assert np.array_equal(np.asarray(eval_out), np.asarray(model.apply(v, x, train=False)))
@@ -140,9 +154,10 @@ def test_dropout_only_in_training_mode():
   assert np.array_equal(np.asarray(drop(2)), np.asarray(drop(2)))
   with pytest.raises(Exception, match="dropout"):
     model.apply(v, x, train=True)
-  for name in ("cnn_svhn", "cnn_cifar10", "logreg", "mlp", "cnn"):  # no dropout: no effect
+  for name in ("fedawe_cnn_svhn", "fedawe_cnn_cifar10", "logreg", "mlp",
+               "fedavg_cnn"):  # no dropout: no effect
     m = models.make(name, num_classes=10, is_image=True)
-    xs = x if name.startswith("cnn_") else x[:, :28, :28, :1]
+    xs = x if name.startswith("fedawe_") else x[:, :28, :28, :1]
     w = m.init(jax.random.PRNGKey(0), xs)
     assert np.array_equal(np.asarray(m.apply(w, xs)), np.asarray(
         m.apply(w, xs, train=True, rngs={"dropout": jax.random.PRNGKey(0)}))), name
@@ -157,13 +172,13 @@ def test_zero_init_logreg_and_bad_options():
   assert np.any(np.asarray(default.init(jax.random.PRNGKey(0), jnp.ones((1, 32)))["params"]
                            ["DenseOI_0"]["kernel"]))
   with pytest.raises(UsageError, match="logreg"):
-    models.make("cnn_svhn", num_classes=10, is_image=True, zero_init=True)
+    models.make("fedawe_cnn_svhn", num_classes=10, is_image=True, zero_init=True)
   with pytest.raises(UsageError, match="normalize"):
-    models.make("cnn_svhn", num_classes=10, is_image=True, normalize=((0.5,), (0.0,)))
+    models.make("fedawe_cnn_svhn", num_classes=10, is_image=True, normalize=((0.5,), (0.0,)))
 
 
-def test_mnist_cnn_uses_pytorch_default_init_and_dropout_only_in_training():
-  model = models.make("cnn_mnist", num_classes=10, is_image=True)
+def test_fedef_cnn_uses_pytorch_default_init_and_dropout_only_in_training():
+  model = models.make("fedef_cnn", num_classes=10, is_image=True)
   x = jnp.ones((4, 28, 28, 1))
   p = model.init(jax.random.PRNGKey(0), x)["params"]
   for name, fan_in in (("Conv_0", 9), ("Conv_1", 288), ("DenseOI_0", 9216), ("DenseOI_1", 128)):
@@ -199,3 +214,10 @@ def test_fast_gradient_convolution_equals_lax(padding, kernel, channels):
     return jax.jit(lambda p: jax.lax.scan(step, p, jnp.arange(3))[0])(params)
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
                scanned(fast), scanned(plain))
+
+
+def test_an_alias_is_recorded_as_the_name_it_stands_for():
+  from fedjax_bench import settings
+  from fedjax_bench.models.settings import ModelSettings
+  for alias, model in models.MODELS_BY_NAME.items():
+    assert settings.make(ModelSettings, {"model": alias}).model == model.name

@@ -9,7 +9,7 @@ from conftest import shared_tfds_dir, toy_dataset
 
 from fedjax_bench import data, models
 from fedjax_bench.task import optimum
-from fedjax_bench.task.task import make_task
+from fedjax_bench.task.build import make_task
 from fedjax_bench.data.federated import Dataset, FederatedData
 
 
@@ -131,7 +131,7 @@ def test_least_squares_closed_form(bias, l2):
 
 @pytest.mark.skipif(shared_tfds_dir() is None, reason="real MNIST (../shared/tfds) not found")
 def test_mnist_f_star(tmp_path):
-  """Spec 002_area §5.1: logreg without bias, ν = 1e-3 on MNIST (about a minute)."""
+  """The AREA paper's §5.1: logreg without bias, ν = 1e-3 on MNIST (about a minute)."""
   ds = data.load("mnist", num_clients=128, partition="dirichlet", alpha=0.1,
                  data_dir=str(shared_tfds_dir()))
   model = models.make("logreg", num_classes=10, is_image=True, bias=False)

@@ -15,7 +15,7 @@ import pytest
 from conftest import REPO
 import fedjax_bench
 from fedjax_bench import api
-from fedjax_bench.engine import checkpoint
+from fedjax_bench.engine import checkpoint, run_dir
 from fedjax_bench.output import results
 from fedjax_bench.errors import UsageError
 
@@ -90,7 +90,7 @@ def test_the_same_finished_configuration_is_not_run_again(tmp_path, capsys):
   r = fedjax_bench.run(**{**TINY, "progress": True}, output_dir=out)
   assert capsys.readouterr().out.strip() == (
       f"{out} already holds this run's results; nothing to do (--overwrite runs it again)")
-  assert r.status == 0 and r.summary["config"]["fingerprint"] == api.run_fingerprint(
+  assert r.status == 0 and r.summary["config"]["fingerprint"] == run_dir.run_fingerprint(
       r.config, r.seeds, r.grid)
   assert os.stat(os.path.join(out, "summary.json")).st_mtime_ns == stamp
 
@@ -188,8 +188,8 @@ def test_a_resume_or_a_finished_run_on_other_data_is_refused(tmp_path, monkeypat
 
 def test_the_data_digest_is_not_part_of_the_fingerprint(tmp_path):
   cfg, seeds, grid = api.prepare(**{k: v for k, v in TINY.items() if k != "progress"})
-  assert "data_digest" not in api.run_fingerprint(cfg, seeds, grid)
-  assert "overwrite" not in api.run_fingerprint(cfg, seeds, grid)
+  assert "data_digest" not in run_dir.run_fingerprint(cfg, seeds, grid)
+  assert "overwrite" not in run_dir.run_fingerprint(cfg, seeds, grid)
 
 
 # 4. The device layout a checkpoint continues on.

@@ -74,7 +74,8 @@ def _flags(argv):
 
 @pytest.mark.skipif(shared_tfds_dir() is None, reason="needs the real MNIST")
 def test_area_on_mnist_starts_at_zero_with_gap_ln10_minus_fstar(monkeypatch):
-  """Spec 002 §8 row 12: x0 = 0, so f(x0) = ln 10 (uniform softmax, no penalty)."""
+  """x0 = 0 (the AREA paper states none; docs/papers/area.md), so f(x0) = ln 10 (uniform
+  softmax, no penalty)."""
   monkeypatch.setenv("TFDS_DATA_DIR", str(shared_tfds_dir()))
   cfg = _flags(["--algo=area", "--dataset=mnist", "--num_clients=4", "--optimality_gap=false"])
   assert cfg.model.zero_init and not cfg.model.logreg_bias

@@ -7,7 +7,7 @@ import pytest
 
 from fedjax_bench import data, models
 from fedjax_bench.task import optimum
-from fedjax_bench.task.task import make_task
+from fedjax_bench.task.build import make_task
 from fedjax_bench.data import quadratic
 from fedjax_bench.errors import UsageError
 
@@ -64,7 +64,7 @@ def test_gap_and_relative_distance_at_known_points():
   curvature = np.mean(np.square(100.0 * np.arange(1, 51)))
   assert float(at_double["optimality_gap"]) == pytest.approx(0.5 * curvature * x_star ** 2,
                                                              rel=1e-5)
-  with jax.enable_x64(True):  # float64 runs resolve the spec's tiny distances (§7 E1)
+  with jax.enable_x64(True):  # float64 runs resolve our E1's tiny distances (docs/papers/area.md)
     near = jax.jit(task.evaluate)(_x(x_star * (1 + 1e-9), jnp.float64))
     assert near["rel_dist_sq"].dtype == jnp.float64
     assert float(near["rel_dist_sq"]) == pytest.approx(1e-18, rel=1e-3)

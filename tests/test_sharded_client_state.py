@@ -10,7 +10,7 @@ import pytest
 
 from conftest import device_probe, toy_setup
 from fedjax_bench.algorithms import mifa
-from fedjax_bench.core import memory
+from fedjax_bench.core import device_memory
 
 PROBE = Path(__file__).parent / "scripts" / "client_state_probe.py"
 ALGOS = ("mifa,fedvarp,fedawe,fedau,f3ast,fedef_sgd,area,fedbuff,mifa_async,scaffold,feddyn,"
@@ -61,9 +61,9 @@ def test_memory_estimate_counts_one_devices_rows_of_the_client_state():
   build = lambda hp: mifa.build(task, world, hp)
   hp = mifa.Hparams(client_lr=0.1, batch_size=4)
   row = sum(a.size * 4 for a in jax.tree.leaves(task.init_params(jax.random.PRNGKey(0))))
-  one = memory.estimate(build, task, hp, world, num_runs=1, num_devices=1)
-  four = memory.estimate(build, task, hp, world, num_runs=1, num_devices=4)
-  runs = memory.estimate(build, task, hp, world, num_runs=4, num_devices=4)
+  one = device_memory.estimate(build, task, hp, world, num_runs=1, num_devices=1)
+  four = device_memory.estimate(build, task, hp, world, num_runs=1, num_devices=4)
+  runs = device_memory.estimate(build, task, hp, world, num_runs=4, num_devices=4)
   assert one["client_state_per_run"] == 10 * row
   assert four["client_state_per_run"] == 3 * row   # ceil(10 / 4) rows on each device
   assert runs["client_state_per_run"] == 10 * row  # 4 runs take the 4 devices

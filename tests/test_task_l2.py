@@ -7,7 +7,8 @@ import pytest
 from conftest import toy_dataset
 
 from fedjax_bench import models
-from fedjax_bench.task.task import Optimum, make_task, with_optimum
+from fedjax_bench.task.build import make_task
+from fedjax_bench.task.task import Optimum, with_optimum
 from fedjax_bench.errors import UsageError
 
 

@@ -88,7 +88,7 @@ def test_centralised_softmax_regression_is_bayes_limited(toy):
   # Equal priors and identity covariance: the Bayes classifier is the nearest true mean.
   dist = ((toy.test_x[:, None, :] - _means(0)[None]) ** 2).sum(-1)
   bayes = float((dist.argmin(1) == toy.test_y).mean())
-  assert 0.66 <= acc <= 0.75, acc  # spec: about 70.7 %
+  assert 0.66 <= acc <= 0.75, acc  # about 70.7 % (docs/papers/fedawe.md, toyfl)
   assert abs(acc - bayes) < 0.015, (acc, bayes)
 
 

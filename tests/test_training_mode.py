@@ -6,7 +6,7 @@ import numpy as np
 
 from fedjax_bench import models
 from fedjax_bench.algorithms import fedawe
-from fedjax_bench.task.task import make_task
+from fedjax_bench.task.build import make_task
 from fedjax_bench.data.federated import Dataset, FederatedData
 from fedjax_bench.sim import participation, world as world_lib
 

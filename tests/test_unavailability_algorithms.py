@@ -1,6 +1,6 @@
 """FedAWE and the unavailability baselines against independent NumPy references (docs/papers/fedawe.md).
 
-Most tests run the scalar quadratic toy of spec §8: client i holds targets with mean u_i,
+Most tests run a scalar quadratic toy like Example 1 (§4): client i holds targets with mean u_i,
 F_i(x) = mean_j 0.5 (x - y_ij)^2, the model is a zero-initialised bias (LogReg with one
 output over an all-zero feature), and local training is full-batch GD (`shuffle` with a
 batch as large as the largest client). s steps of size eta from x then give the closed form
@@ -20,7 +20,7 @@ from conftest import toy_setup
 from fedjax_bench import algorithms, engine, models
 from fedjax_bench.algorithms import fedau
 from fedjax_bench.core import keys
-from fedjax_bench.task.task import make_task
+from fedjax_bench.task.build import make_task
 from fedjax_bench.data.federated import Dataset, FederatedData
 from fedjax_bench.sim import participation, world as world_lib
 
@@ -33,7 +33,7 @@ UNBIASED_FULL = ("fedawe", "fedavg_all", "fedavg_known", "fedau", "mifa", "fedva
 
 
 def _fedau_record_one(i, active, n, S, M, K):
-  """The spec's per-client FedAU interval bookkeeping (§2.5), in place."""
+  """FedAU's per-client interval bookkeeping (IBM/fedau's `adaptive`), in place."""
   if active:
     S[i] += n[i] + 1
     M[i] += 1
@@ -94,7 +94,8 @@ def local_factor(eta, steps):
 
 
 # ---------------------------------------------------------------------------------------
-# 1. Every algorithm against a NumPy transcription of its spec pseudocode (§2.1-§2.8)
+# 1. Every algorithm against a NumPy transcription of its pseudocode (Algorithm 1, the §7
+# baselines; docs/papers/fedawe.md)
 
 # Client targets: means u = (-3, 0, 2, 5, 9, 20) with spread, so full batches matter.
 TARGETS = [[-4.5, -1.5], [0.0], [1.0, 2.0, 3.0], [3.0, 7.0], [9.0], [18.0, 20.0, 22.0]]
@@ -141,7 +142,7 @@ def golden():
 
 
 def _ref_fedavg_family(name, hp, masks):
-  """fedavg (1/|A|), fedavg_all (1/m), fedavg_known (1/(m p_i^t)): §2.2-§2.4."""
+  """fedavg (1/|A|), fedavg_all (1/m), fedavg_known (1/(m p_i^t)): the §7 baselines."""
   m, x, out = len(U), 0.0, []
   for t, a in enumerate(masks):
     d = local_factor(_client_lr(t), STEPS) * (U - x)
@@ -159,7 +160,8 @@ def _ref_fedavg_family(name, hp, masks):
 
 
 def _ref_fedau(hp, masks):
-  """§2.5, the per-client loop as written (omega from intervals recorded before)."""
+  """FedAU (IBM/fedau's `adaptive`), the per-client loop as written (omega from intervals
+  recorded before)."""
   m, K, x, out = len(U), hp.get("fedau_k", 50), 0.0, []
   n, S, M = [0] * m, [0.0] * m, [0] * m
   for t, a in enumerate(masks):
@@ -178,7 +180,8 @@ def _ref_fedau(hp, masks):
 
 
 def _ref_f3ast(hp, masks):
-  """§2.6: r updated with the selected clients, then the weights use the updated r."""
+  """F3AST (reconstructed, docs/papers/fedawe.md): r updated with the selected clients, then
+  the weights use the updated r."""
   m, x, out = len(U), 0.0, []
   beta, variant = hp["f3ast_beta"], hp.get("f3ast_variant", "literal")
   budget = hp.get("f3ast_budget", 0)
@@ -205,7 +208,8 @@ def _ref_f3ast(hp, masks):
 
 
 def _ref_mifa(hp, masks):
-  """§2.7: U_i = latest Delta_i (0 before), x += eta_g mean_all U every round."""
+  """MIFA (the authors' code): U_i = latest Delta_i (0 before), x += eta_g mean_all U every
+  round."""
   m, x, mem, out = len(U), 0.0, np.zeros(len(U)), []
   for t, a in enumerate(masks):
     d = local_factor(_client_lr(t), STEPS) * (U - x)
@@ -216,7 +220,8 @@ def _ref_mifa(hp, masks):
 
 
 def _ref_fedvarp(hp, masks):
-  """§2.8: x += eta_g (mean_A (Delta_i - y_i) + ybar_old); nothing when A is empty."""
+  """FedVARP (the authors' code): x += eta_g (mean_A (Delta_i - y_i) + ybar_old); nothing
+  when A is empty."""
   x, y, out = 0.0, np.zeros(len(U)), []
   for t, a in enumerate(masks):
     d = local_factor(_client_lr(t), STEPS) * (U - x)
@@ -228,7 +233,7 @@ def _ref_fedvarp(hp, masks):
 
 
 def _ref_fedawe(hp, masks):
-  """§2.1, Algorithm 1 (echo then average), or the code's clipped form when clip > 0."""
+  """Algorithm 1 (echo then average), or the code's clipped form when clip > 0."""
   m, clip = len(U), hp.get("fedawe_clip", 0.0)
   local, count, server, out, clipped = np.zeros(m), np.ones(m), 0.0, [], 0
   for t, a in enumerate(masks):
@@ -274,10 +279,10 @@ def _close(actual, expected, what, t):
 @pytest.mark.parametrize("name,extra", GOLDEN_CASES,
                          ids=[f"{n}-{'-'.join(f'{k}={v}' for k, v in e.items())}"
                               for n, e in GOLDEN_CASES])
-def test_iterates_match_numpy_reference_of_the_spec(name, extra, golden):
-  """§2.1-§2.8: 30 rounds of heterogeneous, non-stationary availability with empty rounds;
-  server iterates (and FedAWE's local models and counters, FedAU's omega and intervals,
-  F3AST's rates) equal a NumPy transcription of the spec's pseudocode at every round."""
+def test_iterates_match_numpy_reference(name, extra, golden):
+  """Algorithm 1 and the §7 baselines: 30 rounds of heterogeneous, non-stationary availability
+  with empty rounds; server iterates (and FedAWE's local models and counters, FedAU's omega
+  and intervals, F3AST's rates) equal a NumPy transcription of their pseudocode at every round."""
   seed = GOLDEN_SEED
   task, world, masks = golden
   # One client at a time compiles fastest; FedAWE keeps the default (chunks of 4 clients
@@ -329,8 +334,8 @@ def test_iterates_match_numpy_reference_of_the_spec(name, extra, golden):
 
 def test_fedawe_clip_can_be_swept_in_an_engine_grid(golden):
   """engine.run traces swept scalars (docs/design.md, "The shape of a run"); a grid over
-  `fedawe_clip` in {0, 0.5} must give each point's own iterates (§2.1 with and without
-  the code's clip), here the NumPy reference's after 30 rounds."""
+  `fedawe_clip` in {0, 0.5} must give each point's own iterates (Algorithm 1 with and
+  without the code's clip), here the NumPy reference's after 30 rounds."""
   task, world, masks = golden
   out = engine.run(lambda hp: algorithms.get("fedawe").build(task, world, hp), task, HP,
                    seeds=[GOLDEN_SEED], rounds=ROUNDS, eval_every=ROUNDS,
@@ -343,8 +348,8 @@ def test_fedawe_clip_can_be_swept_in_an_engine_grid(golden):
 
 
 def test_fedawe_evaluates_the_mean_of_local_models_or_on_request_the_server(golden):
-  """§2.1 / A5: FedAWE scores x_bar = mean_i x_i over ALL clients by default, and x^{t+1}
-  with `fedawe_eval="server"`."""
+  """§6 and the authors' code: FedAWE scores x_bar = mean_i x_i over ALL clients by default,
+  and x^{t+1} with `fedawe_eval="server"`."""
   task, world, _ = golden
   local = jnp.asarray([1.0, 2.0, 4.0, 8.0, 16.0, 32.0])
   for evaluate, expected in [("mean_local", 63.0 / 6), ("server", -5.0)]:
@@ -358,7 +363,7 @@ def test_fedawe_evaluates_the_mean_of_local_models_or_on_request_the_server(gold
 
 
 # ---------------------------------------------------------------------------------------
-# 2. Full availability: everything reduces to FedAvg (§8.5, DESIGN.md)
+# 2. Full availability: everything reduces to FedAvg (t - tau_i(t) = 1 in Algorithm 1)
 
 
 def _full_setup():
@@ -383,7 +388,7 @@ def fedavg_full_trajectory():
 
 @pytest.mark.parametrize("name", UNBIASED_FULL)
 def test_full_availability_reduces_to_fedavg(name, fedavg_full_trajectory):
-  """§8.5: with p = 1 FedAWE (no clip; at x_bar and at the server), FedAvg-all, -known,
+  """With p = 1 FedAWE (no clip; at x_bar and at the server), FedAvg-all, -known,
   FedAU (all omega = 1), MIFA and FedVARP give FedAvg's iterates on a minibatch logreg."""
   task, world, hp = _full_setup()
   alg = algorithms.get(name).build(task, world, hp)
@@ -409,7 +414,7 @@ def test_full_availability_reduces_to_fedavg(name, fedavg_full_trajectory):
 
 @pytest.mark.parametrize("variant", ["literal", "selfnorm", "unbiased"])
 def test_full_availability_f3ast_moves_along_fedavg_direction(variant, fedavg_full_trajectory):
-  """§8.5: under full availability F3AST's weights are equal across clients, so from FedAvg's
+  """Under full availability F3AST's weights are equal across clients, so from FedAvg's
   iterate x_t its step is k_t times FedAvg's: literal 1/(m r_{t+1}), unbiased 1/r_{t+1},
   selfnorm 1, with r_{t+1} = 1 - (1 - beta)^{t+1} (1 - r_0)."""
   task, world, hp = _full_setup()
@@ -436,7 +441,7 @@ def test_full_availability_f3ast_moves_along_fedavg_direction(variant, fedavg_fu
 
 
 # ---------------------------------------------------------------------------------------
-# 3. Bookkeeping: Prop. 1, FedAU intervals, the mixing matrix, Lemma 4 (§2.1, §6, §8.5)
+# 3. Bookkeeping: Prop. 1, FedAU intervals, the mixing matrix, Lemma 4 (§5, §6)
 
 
 def _taus(masks):
@@ -471,14 +476,14 @@ def _fedawe_scripted(masks, hp, targets=None):
 
 
 def test_fedawe_echo_counters_reequalize_weights_prop1():
-  """Prop. 1 (§2.1): FedAWE's counter is t - tau_i(t), and a client active at round R-1
+  """Prop. 1 (§5): FedAWE's counter is t - tau_i(t), and a client active at round R-1
   has sum_{t<R} 1{active} (t - tau_i(t)) = R, for any availability sequence."""
   rng = np.random.default_rng(0)
   T, m = 60, 5
   masks = rng.random((T, m)) < np.array([0.05, 0.2, 0.4, 0.7, 1.0])
   masks[[7, 8, 30]] = False        # rounds with nobody
   masks[:, 0] = False
-  masks[[2, 3, 7], 0] = True       # the spec's example, then never again
+  masks[[2, 3, 7], 0] = True       # multipliers 3, 1, 4 (sums 3, 4, 8), then never again
   counts, *_ = _fedawe_scripted(masks, {"client_lr": 0.1})
   np.testing.assert_array_equal(counts, _taus(masks))
   assert counts[[2, 3, 7], 0].tolist() == [3, 1, 4]
@@ -493,7 +498,7 @@ def test_fedawe_echo_counters_reequalize_weights_prop1():
 
 
 def test_fedawe_local_models_follow_the_mixing_matrix():
-  """Eq. 4 (§2.1): x^{t+1} = W^(t) x^{t+dagger} with the echoed models of the active
+  """Eq. 4 (§5): x^{t+1} = W^(t) x^{t+dagger} with the echoed models of the active
   clients and the stale ones of the others; W^(t) is symmetric, doubly stochastic and
   idempotent (W = I in a round with nobody)."""
   rng = np.random.default_rng(1)
@@ -517,7 +522,7 @@ def test_fedawe_local_models_follow_the_mixing_matrix():
 
 
 def test_lemma4_spectral_gap_of_expected_mixing_matrix():
-  """Lemma 4 (§6, §8.5): for m = 4, E[W] over the 2^m availability patterns has
+  """Lemma 4 (§6): for m = 4, E[W] over the 2^m availability patterns has
   lambda_2 < 1 and lambda_2 <= 1 - delta^4 (1 - (1 - delta)^m)^2 / 8."""
   m = 4
   for p in [np.full(m, 0.2), np.full(m, 0.5), np.full(m, 0.9), np.array([0.2, 0.4, 0.6, 0.9])]:
@@ -552,7 +557,7 @@ def _replay(pattern, cutoff):
 
 
 def test_fedau_interval_bookkeeping_examples():
-  """§8.5: 0,0,1,0,1,1 with K=50 uses omega 1, 3, 2.5 (records 3, 2, 1); K=3 with
+  """By hand: 0,0,1,0,1,1 with K=50 uses omega 1, 3, 2.5 (records 3, 2, 1); K=3 with
   1,0,0,0,0,1 records 1, then 3 at the cutoff (t=3), uses omega 2 at t=5, then records 2."""
   used, s = _replay([0, 0, 1, 0, 1, 1], 50)
   assert used == [(2, 1.0), (4, 3.0), (5, 2.5)]
@@ -565,7 +570,7 @@ def test_fedau_interval_bookkeeping_examples():
 
 
 def test_fedau_record_matches_the_per_client_loop_on_random_patterns():
-  """§2.5: the vectorised `record` is the spec's per-client loop, for several K."""
+  """The vectorised `record` is FedAU's per-client loop (IBM/fedau's), for several K."""
   rng = np.random.default_rng(2)
   T, m = 120, 8
   masks = rng.random((T, m)) < rng.uniform(0.02, 0.9, m)

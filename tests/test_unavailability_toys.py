@@ -4,9 +4,9 @@ F_i(x) = 0.5 (x - u_i)^2, one example per client, full-batch local GD: Delta_i =
 (1 - c)(u_i - x), c = (1 - eta_l)^s. Long runs are `lax.scan`s over `alg.round` with the
 engine's keys, vmapped over seeds (and over settings where only p or eta_l changes), and
 we compare time averages after a burn-in with the closed forms. Tolerances are four to five
-Monte-Carlo standard errors of the 2-client runs measured here (the spec reports agreement
-to <= 0.35 for single 20k-round runs); each test also checks that its own standard error
-is small enough for the tolerance to mean something.
+Monte-Carlo standard errors of the 2-client runs measured here (an independent NumPy
+simulation agreed to <= 0.35 in single 20k-round runs); each test also checks that its own
+standard error is small enough for the tolerance to mean something.
 """
 
 import jax
@@ -68,7 +68,7 @@ def time_average(xs):
 
 
 # ---------------------------------------------------------------------------------------
-# Closed forms (§8.1, §8.6), in NumPy
+# Closed forms of Example 1 (§4) for 2 and m clients (docs/papers/fedawe.md), in NumPy
 
 
 def active_fixed_point(p, u):
@@ -98,8 +98,9 @@ def fedau_fixed_point(p, u, cutoff=50):
   return float(w @ np.asarray(u, np.float64) / w.sum())
 
 
-def test_closed_forms_reproduce_the_spec_tables():
-  """§8.1 spot values and table entries, §8.6's 53.4418 / 49.6, and the 2-client formula
+def test_closed_forms_reproduce_the_example1_values():
+  """Example 1's spot values and table entries, the five clients' 53.4418 / 49.6, and the
+  2-client formula
   (u1 p1 (1 - p2/2) + u2 p2 (1 - p1/2)) / (p1 + p2 - p1 p2) as the m = 2 case."""
   spots = {(0.1, 0.9): (93.956, 90.0), (0.2, 0.6): (79.412, 75.0), (0.3, 0.7): (75.316, 70.0),
            (1.0, 0.5): (25.0, 33.333), (0.9, 0.1): (6.044, 10.0)}
@@ -118,7 +119,7 @@ def test_closed_forms_reproduce_the_spec_tables():
 
 
 # ---------------------------------------------------------------------------------------
-# §8.1 Example 1: two clients, u = (0, 100), stationary Bernoulli availability
+# Example 1 (§4): two clients, u = (0, 100), stationary Bernoulli availability
 
 EXAMPLE1_P = [(0.1, 0.9), (0.2, 0.6), (1.0, 0.5)]
 
@@ -136,7 +137,7 @@ EXAMPLE1 = [
 @pytest.mark.parametrize("name,client_lr,target,tol,seeds,rounds", EXAMPLE1,
                          ids=[e[0] for e in EXAMPLE1])
 def test_example1_time_averages_match_closed_forms(name, client_lr, target, tol, seeds, rounds):
-  """§8.1: FedAvg-active and FedAvg-all reach their biased closed forms (93.956/90.0 at
+  """Example 1: FedAvg-active and FedAvg-all reach their biased closed forms (93.956/90.0 at
   (0.1, 0.9), 79.412/75.0 at (0.2, 0.6), 25.0/33.333 at (1.0, 0.5)); FedAvg-known, MIFA
   and FedVARP are unbiased (50); FedAU is 50 up to its K-cutoff bias (50.13 at (0.1, 0.9))."""
   xs, _ = simulate(name, U2, {"client_lr": client_lr}, probs=EXAMPLE1_P, rounds=rounds,
@@ -148,7 +149,8 @@ def test_example1_time_averages_match_closed_forms(name, client_lr, target, tol,
 
 
 def test_example1_fedawe_mean_of_local_models_is_unbiased_server_is_not():
-  """§8.3: at (0.1, 0.9), eta_l = 0.05, s = 1 FedAWE's x_bar averages 50 (|. - 50| < 0.1)
+  """Example 1 under FedAWE: at (0.1, 0.9), eta_l = 0.05, s = 1 FedAWE's x_bar averages 50
+  (|. - 50| < 0.1)
   while its server aggregate averages 60.391 (biased toward the frequent client)."""
   server_x, eval_x = simulate("fedawe", U2, {"client_lr": 0.05}, probs=[(0.1, 0.9)],
                               rounds=10000, burn_in=2000, seeds=96)
@@ -160,9 +162,9 @@ def test_example1_fedawe_mean_of_local_models_is_unbiased_server_is_not():
 
 
 def test_example1_fedawe_unbiased_with_several_local_steps():
-  """§8.3 table rows with s = 10: x_bar averages 50 within 0.1 at (0.1, 0.9), eta_l = 0.01
+  """With s = 10: x_bar averages 50 within 0.1 at (0.1, 0.9), eta_l = 0.01
   and (0.2, 0.6), eta_l = 0.005, while the server aggregate is biased upward (by more than
-  5). The spec's server values (67.048, 56.767) look like single-run estimates: an
+  5). Earlier single-run server values (67.048, 56.767) look like single-run estimates: an
   independent NumPy simulation of Algorithm 1 (512 seeds x 8k rounds) gives 66.61 +- 0.03
   and 56.35 +- 0.01, so they are not asserted."""
   server_x, eval_x = simulate("fedawe", U2, {}, probs=[(0.1, 0.9), (0.2, 0.6)],
@@ -176,7 +178,7 @@ def test_example1_fedawe_unbiased_with_several_local_steps():
 
 
 # ---------------------------------------------------------------------------------------
-# §8.2 FedAvg-active under sine availability: an exact periodic orbit
+# FedAvg-active under sine availability: an exact periodic orbit (our extra test)
 
 
 def expected_orbit(p_t, u, a, rounds):
@@ -194,7 +196,7 @@ def expected_orbit(p_t, u, a, rounds):
 
 
 def _sine(p, gamma, period=20):
-  """The spec's p_i^t = clip(p_i (gamma sin(2 pi t / P) + 1 - gamma)), independently of
+  """Appendix J.3's p_i^t = clip(p_i (gamma sin(2 pi t / P) + 1 - gamma)), independently of
   `availability`."""
   return lambda t: tuple(min(1.0, pi * (gamma * np.sin(2 * np.pi * t / period) + 1 - gamma))
                          for pi in p)
@@ -210,8 +212,8 @@ def _sine(p, gamma, period=20):
     ((0.5, 0.5), 0.3, 50.0, None, None),
 ])
 def test_periodic_orbit_of_the_exact_recursion(p, gamma, mean, low, high):
-  """§8.2 table: mean [min, max] of E x^t over the last period, a = 0.1; the sine
-  probabilities of `availability.make` are the spec's formula."""
+  """The orbit's mean [min, max] of E x^t over the last period, a = 0.1; the sine
+  probabilities of `availability.make` are Appendix J.3's formula."""
   part = availability.make("sine", np.array(p), period=20, gamma=gamma)
   ts = np.arange(40)
   lib = np.asarray(jax.vmap(part.probs)(jnp.asarray(ts)), np.float64)
@@ -223,7 +225,7 @@ def test_periodic_orbit_of_the_exact_recursion(p, gamma, mean, low, high):
 
 
 def test_periodic_orbit_simulation_under_sine_availability():
-  """§8.2: FedAvg-active under `availability.make("sine", (0.2, 0.8), P=20, gamma=0.3)`,
+  """FedAvg-active under `availability.make("sine", (0.2, 0.8), P=20, gamma=0.3)`,
   a = 0.1: the time average is the orbit's mean 84.1767, and the average at each phase
   follows the orbit, aligned with round t drawing from p^t (a shifted orbit fits worse)."""
   part = availability.make("sine", np.array([0.2, 0.8]), period=20, gamma=0.3)
@@ -242,13 +244,14 @@ def test_periodic_orbit_simulation_under_sine_availability():
 
 
 # ---------------------------------------------------------------------------------------
-# §8.3 FedAWE's instability without the server clip
+# FedAWE's instability without the server clip (docs/papers/fedawe.md, Clipping)
 
 
 def test_fedawe_diverges_without_clip_and_clip_keeps_it_bounded():
-  """§8.3 (iii): eta_l = 0.5 at (0.1, 0.9): eta_l (t - tau_i) exceeds 2 in long absences
+  """eta_l = 0.5 at (0.1, 0.9): eta_l (t - tau_i) exceeds 2 in long absences
   and FedAWE without clip blows up: x_bar passes 1e6 within 4000 rounds in every seed and
-  1e12 in at least half (the spec's "1e12+"; an excursion decays again while the frequent
+  1e12 in at least half (an independent simulation's "1e12+"; an excursion decays again while
+  the frequent
   client trains alone, so we look at the peak). With `fedawe_clip=0.5` x_bar stays in
   [0, 100] up to the clip."""
   _, wild = simulate("fedawe", U2, {"client_lr": 0.5}, probs=[(0.1, 0.9)], rounds=4000,
@@ -261,7 +264,7 @@ def test_fedawe_diverges_without_clip_and_clip_keeps_it_bounded():
 
 
 # ---------------------------------------------------------------------------------------
-# §8.6 five clients
+# Example 1 with five clients
 
 P5 = (0.1, 0.3, 0.5, 0.7, 0.9)
 U5 = (0.0, 10.0, 20.0, 30.0, 100.0)
@@ -277,7 +280,7 @@ MANY = [
 
 @pytest.mark.parametrize("name,client_lr,target,tol", MANY, ids=[e[0] for e in MANY])
 def test_five_clients_fixed_points(name, client_lr, target, tol):
-  """§8.6: m = 5, p = (0.1, ..., 0.9), u = (0, 10, 20, 30, 100): FedAvg-active reaches the
+  """m = 5, p = (0.1, ..., 0.9), u = (0, 10, 20, 30, 100): FedAvg-active reaches the
   Poisson-binomial closed form 53.4418, FedAvg-all 49.6, FedAvg-known and FedAWE's x_bar
   the true optimum 32.0."""
   _, eval_x = simulate(name, U5, {"client_lr": client_lr}, probs=[P5], rounds=6000,
@@ -288,7 +291,7 @@ def test_five_clients_fixed_points(name, client_lr, target, tol):
 
 
 # ---------------------------------------------------------------------------------------
-# Lemma 2 (§6, §8.5): the echo multiplier's moments
+# Lemma 2 (§6): the echo multiplier's moments
 
 
 def test_fedawe_echo_multiplier_moments_lemma2():

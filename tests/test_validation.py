@@ -17,7 +17,8 @@ from conftest import REPO
 from fedjax_bench import api, config, settings
 from fedjax_bench.engine import compile_cache
 from fedjax_bench.config import flags
-from fedjax_bench.core import keys, privacy
+from fedjax_bench.algorithms import privacy
+from fedjax_bench.core import keys
 from fedjax_bench.errors import UsageError
 
 RUN = str(REPO / "benchmarks" / "run.py")

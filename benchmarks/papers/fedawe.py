@@ -33,6 +33,7 @@ MNIST_TARGETS = (22.5, 45.0, 67.5, 90.0)
 # On toyfl every quarter target is reached within 10 rounds; its targets are fractions of
 # FedAWE's score in our calibration (stress φ, sine: 69.71%).
 TOYFL_BEST = 69.71
+TOYFL_FRACTIONS = (0.90, 0.95, 0.98)
 # Tables 9-10 vary the sine amplitude γ (0.3 in the main runs) and the Dirichlet α (0.1);
 # Example 2 runs FedAvg-active with every client's p_i^t = p[γ sin(2πt/20) + 1 − γ].
 GAMMAS = (0.1, 0.2)
@@ -88,43 +89,52 @@ SETTINGS = {f"toyfl_stress_{d}": f"toyfl, stress φ, {d.replace('_', ' ')}" for 
 SETTINGS["mnist_sine"] = "MNIST, paper's φ, sine"
 GPU = ("SVHN, CIFAR-10 and CINIC-10 cannot be downloaded here and 2,000 rounds of the "
        "paper's CNNs need a GPU; flagfiles in benchmarks/configs/fedawe/")
+CONVEX = ("on the convex toy every unbiased method reaches the same optimum, so FedAWE can "
+          "only tie {} there (our spec, docs/papers/fedawe.md; the S-eq checks)")
+CALIBRATION = "our calibration (docs/papers/fedawe.md)"
 
 
 def claims():
   out = []
   t2 = "Table 2: group-1 ordering and gains (tested at CPU scale)"
   for s, where in SETTINGS.items():
-    margin = 1.5 if s.startswith("toyfl") else 0.0
     out.append(Claim(
-        f"T2-gain-{s}", f"FedAWE beats FedAvg-active ({where}"
-        + (", calibration margin +1.5 pp)" if margin else ")"),
-        "+1.4 to +5.1 pp", Difference(final(s, "fedawe"), final(s, "fedavg"), margin),
-        section=t2))
+        f"T2-gain-{s}", f"FedAWE beats FedAvg-active ({where})", "+1.4 to +5.1 pp",
+        Difference(final(s, "fedawe"), final(s, "fedavg")), section=t2))
     out.append(Claim(
-        f"T2-all-{s}", f"FedAvg-active beats FedAvg-all ({where})", "+4.5 to +11.2 pp",
+        f"T2-all-{s}", f"FedAvg-active beats FedAvg-all ({where})", "+4.4 to +11.2 pp",
         Difference(final(s, "fedavg"), final(s, "fedavg_all")), section=t2))
-    for x in ("fedau", "f3ast"):
+    if not s.startswith("toyfl"):
       out.append(Claim(
-          f"T2-{x}-{s}", f"FedAWE beats {NAMES[x]} ({where})", "+0.2 to +3.1 pp",
-          Difference(final(s, "fedawe"), final(s, x)), section=t2))
+          f"T2-fedau-{s}", f"FedAWE beats FedAU ({where})", "+0.5 to +3.1 pp",
+          Difference(final(s, "fedawe"), final(s, "fedau")), section=t2))
+    out.append(Claim(
+        f"T2-f3ast-{s}", f"FedAWE beats F3AST ({where})", "+1.2 to +3.9 pp",
+        Difference(final(s, "fedawe"), final(s, "f3ast")), section=t2))
     out.append(Claim(
         f"T2-f3ast-active-{s}", f"F3AST at least matches FedAvg-active ({where})",
-        "+0.1 to +1.2 pp", Difference(final(s, "f3ast"), final(s, "fedavg")), section=t2))
+        "+0.2 to +2.5 pp", Difference(final(s, "f3ast"), final(s, "fedavg")), section=t2))
+  out.append(Claim("T2-fedau-toyfl", "FedAWE beats FedAU (toyfl, stress φ, the four dynamics)",
+                   "+0.5 to +3.1 pp", not_attempted=CONVEX.format("FedAU"), section=t2))
   out.append(Claim("T2-cells", "Table 2's cells: SVHN, CIFAR-10, CINIC-10 × four dynamics × "
                    "eight algorithms, within ±2 pp", "Table 2", not_attempted=GPU, section=t2))
 
   cal = "Our CPU experiment: FedAWE matches the memory- and oracle-aided methods (toyfl)"
   for d in DYNAMICS:
     s = f"toyfl_stress_{d}"
+    out.append(Claim(
+        f"S-gain-{d}", f"FedAWE beats FedAvg-active by +1.5 pp ({SETTINGS[s]})",
+        "calibration: ≥ +1.5 pp", Difference(final(s, "fedawe"), final(s, "fedavg"), 1.5),
+        section=cal, check=CALIBRATION))
     for x in ("fedavg_known", "fedau", "mifa", "fedvarp"):
       out.append(Claim(
           f"S-eq-{x}-{d}", f"|FedAWE − {NAMES[x]}| ≤ 0.6 pp ({SETTINGS[s]})",
           "calibration: ≤ 0.6 pp",
-          Equivalent(final(s, "fedawe"), final(s, x), 0.6), section=cal))
+          Equivalent(final(s, "fedawe"), final(s, x), 0.6), section=cal, check=CALIBRATION))
   s = "toyfl_paper_sine"
   out.append(Claim("S-paper-phi", "With the paper's φ on toyfl, FedAWE beats FedAvg-active",
                    "calibration (smoke)", Difference(final(s, "fedawe"), final(s, "fedavg")),
-                   section=cal))
+                   section=cal, check=CALIBRATION))
 
   t8 = "Table 8: rounds to a test-accuracy target (MNIST, sine)"
   for q, target in zip(("¼", "½", "¾"), MNIST_TARGETS[:3]):
@@ -133,14 +143,13 @@ def claims():
         f"({target:g}%)", "SVHN 40 vs 20, 120 vs 80, 200 vs 160 rounds",
         Difference(reach("mnist_sine", "fedawe", target), reach("mnist_sine", "fedavg", target)),
         section=t8))
-  s = "toyfl_stress_sine"
-  for frac in (0.90, 0.95, 0.98):
-    target = round(frac * TOYFL_BEST, 2)
-    out.append(Claim(
-        f"T8-lag-toyfl-{frac:g}", f"FedAWE lags FedAvg-active slightly to a target "
-        f"({target:g}%, {frac:.0%} of our calibration's best; toyfl, stress φ, sine)",
-        "SVHN 40 vs 20, 120 vs 80, 200 vs 160 rounds",
-        Difference(reach(s, "fedawe", target), reach(s, "fedavg", target)), section=t8))
+  out.append(Claim(
+      "T8-lag-toyfl", "FedAWE lags FedAvg-active slightly to a target (toyfl, stress φ, sine)",
+      "SVHN 40 vs 20, 120 vs 80, 200 vs 160 rounds", not_attempted="on toyfl every quarter "
+      "of the best accuracy is reached by the first evaluation (round 10), and targets near "
+      f"the best ({', '.join(f'{round(f * TOYFL_BEST, 1):g}%' for f in TOYFL_FRACTIONS)}: "
+      "90-98% of our calibration's FedAWE score) sit at or above FedAvg-active's biased "
+      "plateau (about 67%), where a slight lag cannot show", section=t8))
   out.append(Claim(
       "T8-final", f"FedAWE reaches the final target ({MNIST_TARGETS[3]:g}%) faster than "
       "FedAvg-active", "SVHN 820 vs 900; CIFAR-10 1360 vs 1060 (slower)",
@@ -162,9 +171,10 @@ def claims():
             "closed form", not_attempted="a closed-form example, not a run: checked exactly "
             "by tests/test_unavailability_toys.py", section=other),
       Claim("F7-mifa", "Fig. 7: under sine FedAWE ends above MIFA (SVHN; MIFA above on "
-            "CIFAR-10 and CINIC-10)", "SVHN 85.6 vs 84.1%",
-            Difference(final("mnist_sine", "fedawe"), final("mnist_sine", "mifa")),
-            section=other),
+            "CIFAR-10 and CINIC-10)", "SVHN 85.6 vs 84.1%", not_attempted="the paper's "
+            "direction depends on the dataset (FedAWE ahead on SVHN, MIFA on CIFAR-10 and "
+            "CINIC-10), so it states none for MNIST, and on toyfl the two can only tie (the "
+            "S-eq checks)", section=other),
       Claim("F1-F6", "Figs. 1, 4, 5, 6: illustrations of availability, partitions and "
             "dynamics", "—", not_attempted="illustrations, no claim to test", section=other),
   ]
@@ -180,10 +190,10 @@ def table9_10_claims():
         f"T9-fedawe-gamma{g}", f"FedAWE is insensitive to γ: γ = {g} against γ = 0.3 "
         "(toyfl, within ±1 pp)", "85.6-85.7% (SVHN)",
         Equivalent(final(gamma(g), "fedawe"), final(gamma(0.3), "fedawe"), 1.0), section=t9))
-  for g in (*GAMMAS, 0.3):
+  for g in GAMMAS:  # γ = 0.3 is T2-gain-toyfl_stress_sine
     out.append(Claim(
         f"T9-gain-gamma{g}", f"FedAWE beats FedAvg-active at γ = {g} (toyfl)",
-        "+3.6 to +3.8 pp (SVHN)", Difference(final(gamma(g), "fedawe"),
+        "+3.5 to +3.8 pp (SVHN)", Difference(final(gamma(g), "fedawe"),
                                              final(gamma(g), "fedavg")), section=t9))
   out.append(Claim(
       "T9-all-degrades", "FedAvg-all degrades as γ grows: γ = 0.1 minus γ = 0.3 (toyfl)",
@@ -193,7 +203,7 @@ def table9_10_claims():
     if a != "fedavg_all":
       out.append(Claim(
           f"T9-all-degrades-most-{a}", f"FedAvg-all's loss from γ = 0.1 to 0.3 exceeds "
-          f"{NAMES[a]}'s (toyfl)", "−3.6 pp vs −0.4 to +0.1 pp (SVHN)",
+          f"{NAMES[a]}'s (toyfl)", "−3.6 pp vs −1.1 to 0.0 pp (SVHN)",
           LargerGap(final(gamma(0.1), "fedavg_all"), final(gamma(0.3), "fedavg_all"),
                     c=final(gamma(0.1), a), d=final(gamma(0.3), a)), section=t9))
   out += [
@@ -220,17 +230,20 @@ def table9_10_claims():
   for a in ALGOS:
     out.append(Claim(
         f"T10-alpha-{a}", f"{NAMES[a]}: accuracy grows with α (α = 1 minus α = 0.05)",
-        "+5.2 to +23.4 pp (SVHN)", Difference(final(alpha(1.0), a), final(alpha(0.05), a)),
+        "+4.9 to +23.4 pp (SVHN)", Difference(final(alpha(1.0), a), final(alpha(0.05), a)),
         section=t10))
   for al in (0.05, 0.1, 1.0):
     for x in GROUP1:
+      if x == "fedau" or (al == 0.1 and x != "fedavg_all"):  # α = 0.1: Table 2's sine rows
+        continue
       out.append(Claim(
           f"T10-best-alpha{al}-{x}", f"FedAWE beats {NAMES[x]} at α = {al} (best of group 1)",
           "Table 10", Difference(final(alpha(al), "fedawe"), final(alpha(al), x)), section=t10))
-  for al in (0.1, 1.0):
-    out.append(Claim(
-        f"T10-mifa-alpha{al}", f"FedAWE beats MIFA at α = {al}", "+1.5 / +2.2 pp (SVHN)",
-        Difference(final(alpha(al), "fedawe"), final(alpha(al), "mifa")), section=t10))
+  out += [
+      Claim("T10-best-fedau", "FedAWE beats FedAU at α = 0.05, 0.1, 1 (best of group 1)",
+            "Table 10", not_attempted=CONVEX.format("FedAU"), section=t10),
+      Claim("T10-mifa", "FedAWE beats MIFA at α = 0.1 and 1", "+1.5 / +2.2 pp (SVHN)",
+            not_attempted=CONVEX.format("MIFA"), section=t10)]
   out.append(Claim("T10-cells", "Table 10's SVHN cells", "Table 10", not_attempted=GPU,
                    section=t10))
   return out
@@ -292,20 +305,23 @@ availability p[γ sin(2πt/20) + 1 − γ] for p ∈ {0.1, 0.3, 0.5, 1} and γ �
 0.5}.""",
     notes="""FedAWE runs without its clip (`--fedawe_clip=0`, the algorithm as written)
 except in T2-gain-mnist-clip (the authors' code clips at 0.5); F3AST is our
-literal reconstruction (docs/papers/fedawe.md). On toyfl the margin +1.5 pp of the FedAWE gain is
-our
-calibration's, not the paper's; elsewhere a claim of "beats" has margin 0 (an interval
-above zero suffices). Table 8's MNIST targets are the paper's rule (quarters of the best
-accuracy rounded down to 10%) applied to MNIST; its toyfl targets are fractions of
-our calibrated score, since every quarter target is reached within 10 rounds there.
+literal reconstruction (docs/papers/fedawe.md). A claim of "beats" has the paper's margin 0
+(the whole interval above zero); our calibration's +1.5 pp for FedAWE's gain on toyfl is a
+check (S-gain), not a claim. Table 8's MNIST targets are the paper's rule (quarters of the
+best accuracy rounded down to 10%) applied to MNIST; rounds to a target lie on the
+evaluation grid, so those rows are medians with the sign-test interval, which 3 seeds
+cannot make decisive. On toyfl Table 8 is not attempted (T8-lag-toyfl says why).
 "Insensitive to γ" (Table 9) is a paired equivalence within ±1 pp, declared before the
 runs (the paper's FedAWE moves by 0.1 pp over γ); "degrades most" is the difference of
-the two losses, paired per seed. A seed that never reaches a target counts as reaching it one evaluation after the last
-round (a lower bound, so a difference with it errs toward zero).
+the two losses, paired per seed. A seed that never reaches a target counts as reaching it
+one evaluation after the last round (a lower bound, so a difference with it errs toward
+zero). Where two rows would read the same runs, one is kept: Table 9's γ = 0.3 and Table
+10's α = 0.1 against FedAvg-active and F3AST are Table 2's toyfl sine rows.
 
-On a convex model (toyfl) all unbiased methods reach the same optimum, so we expect
-FedAWE to tie, not beat, FedAU, MIFA, FedVARP and FedAvg-known there (the S-eq rows); the
-T2-fedau rows test the paper's "beats" anyway. On MNIST, 200 rounds are a tenth of the
+On a convex model (toyfl) all unbiased methods reach the same optimum, so FedAWE can only
+tie FedAU, MIFA, FedVARP and FedAvg-known there (the S-eq checks): the paper's "FedAWE
+beats FedAU" is tested on MNIST only (T2-fedau-mnist_sine), and its rows against FedAU and
+MIFA on toyfl are not attempted. On MNIST, 200 rounds are a tenth of the
 paper's 2,000 and every algorithm shares the CPU experiment's learning rate 0.05 (Table 7
 gives FedAWE 0.1); we did not tune. The MNIST figure shows FedAWE starting slower than
 FedAvg-active (the stale local models Table 8 describes) and its averaged model still

@@ -10,8 +10,8 @@ TopK (Fig. 19) with the MLP. The other compression levels are not run yet: their
 how long they need.
 """
 
-from fedjax_bench.claims import (AtLeast, AtMost, Claim, Curve, Difference, Equivalent,
-                                 Figure, LargerGap, Metric, Paper, Run)
+from fedjax_bench.claims import (AtMost, Claim, Curve, Difference, Equivalent, Exact, Figure,
+                                 LargerGap, Metric, Paper, Run)
 
 MNIST = dict(dataset="mnist", model="mlp", mlp_hidden=(200,), num_clients=200,
              partition="shards", shards_per_client=2, local_epochs=1, batch_size=32,
@@ -129,6 +129,10 @@ CNN = ("the paper's CNN (about 66 MFLOP a training example) is GPU scale: by a F
        "estimate about an hour per curve of 3 seeds on 2 CPU cores; "
        "benchmarks/configs/fedef/ has its flagfiles")
 NOT_YET = "not yet run at CPU scale (needs about {} minutes on 2 shared cores)"
+DIFFERENT_MODEL = ("different model: these are the paper's CNN accuracies, and our MLP's "
+                   "absolute accuracy is no evidence about them (its curves are in the figure "
+                   "below); the table's relative claims are tested against our own full "
+                   "precision in the rows that follow. " + CNN[0].upper() + CNN[1:])
 
 
 def table_claims():
@@ -136,19 +140,15 @@ def table_claims():
   for n, (p, server, paper, levels) in TABLES.items():
     sec = (f"Table {n}: {SERVER_NAMES[server]}, p = {p}, MNIST (our MLP; the paper's CNN), "
            "final test accuracy (%)")
-    for i, (col, level) in enumerate(zip(COLUMNS, levels)):
-      ef = "with EF" if LEVELS[level][0] else "no EF"
-      collapse = paper[i][0] < paper[4][0] - 5  # the paper reports a collapse: test "at most"
-      test = (AtMost if collapse else AtLeast)(cell(p, server, level), paper[i][0])
-      out.append(Claim(
-          f"T{n}-{col.lower()}",
-          f"{col} ({ef}; ours {level}, {LEVELS[level][2]}) "
-          + ("falls to" if collapse else "reaches") + " the paper's accuracy",
-          f"{paper[i][0]:.2f} (±{paper[i][1]:.2f})", test, section=sec))
+    out.append(Claim(
+        f"T{n}-cells", f"Table {n}'s accuracies with the paper's CNN: "
+        + ", ".join(COLUMNS), ", ".join(f"{m:.2f}" for m, _ in paper),
+        not_attempted=DIFFERENT_MODEL, section=sec))
     full = cell(p, server, "full")
     if p == 0.5:  # R1 (our reading of Tables 2-5): every Fed-EF compressor within
-      # ~1.5 pp of full precision
-      for i, col in enumerate(COLUMNS[:3]):
+      # ~1.5 pp of full precision; Sign's and hv-Sign's are Figure 4's rows (F4-sign-*,
+      # F4-hvsign-*) on the same runs, at the tolerance nearer the paper's 0.1 pp
+      for i, col in ((1, COLUMNS[1]),):
         out.append(Claim(
             f"T{n}-R1-{col.lower()}", f"Fed-EF {col} matches full precision (R1: "
             "within ±1.5 pp at p = 0.5)", paper_gap(paper, i),
@@ -169,7 +169,8 @@ def table_claims():
           f"T{n}-R3-hv-sign-degrades", "Sign-based compression degrades under AMSGrad at "
           "p = 0.1: hv-Sign below full precision (full − hv-Sign; margin 1 pp)",
           f"{paper[4][0] - paper[2][0]:+.2f} pp",
-          Difference(full, cell(p, server, levels[2]), 1.0), section=sec))
+          Difference(full, cell(p, server, levels[2]), 1.0,
+                     claimed=round(paper[4][0] - paper[2][0], 2)), section=sec))
   sec = "Tables 2-5 across settings (R4, R5)"
   paper_full = {(p, s): paper[4][0] for p, s, paper, _ in TABLES.values()}
   out += [
@@ -187,8 +188,6 @@ def table_claims():
         Difference(cell(0.5, s, "full"), cell(0.1, s, "full")), section=sec))
   out.append(Claim("T2-5-fmnist", "The FMNIST rows of Tables 2-5", "Tables 2-5",
                    not_attempted=NO_FMNIST + "; and " + CNN, section=sec))
-  out.append(Claim("T2-5-cnn", "The MNIST rows with the paper's CNN", "Tables 2-5",
-                   not_attempted=CNN, section=sec))
   out.append(Claim("T1", "Table 1: the learning rates tuned over η ∈ {1e-4, ..., 10} × "
                    "η_l ∈ {1e-4, ..., 1} per dataset and server", "Table 1",
                    not_attempted="a 30-point tuning grid per dataset and server with the CNN "
@@ -221,13 +220,13 @@ def figure_claims():
   out = []
   f4 = ("Figures 2-5: accuracy against compression and uplink bits (MNIST, MLP; the "
         "paper's CNN)")
-  for s in ("sgd", "ams"):
-    name = SERVER_NAMES[s]
-    for level, what in (("hvsign-0.1", "hv-Sign at ≈300× (k = 0.1: 317×)"),
-                        ("sign", "Sign at ≈32×")):
+  for n, s in ((2, "sgd"), (3, "ams")):  # also Table n's Sign and hv-Sign against full
+    name, table = SERVER_NAMES[s], TABLES[n][2]
+    for level, what, col in (("hvsign-0.1", "hv-Sign at ≈300× (k = 0.1: 317×)", 2),
+                             ("sign", "Sign at ≈32×", 0)):
       out.append(Claim(
           f"F4-{level.split('-')[0]}-{s}", f"{what} reaches full-precision accuracy "
-          f"({name}, p = 0.5; within ±0.5 pp)", "Fig. 4",
+          f"({name}, p = 0.5; within ±0.5 pp)", f"Fig. 4; Table {n}: {paper_gap(table, col)}",
           Equivalent(cell(0.5, s, level), cell(0.5, s, "full"), 0.5), section=f4))
   ratio = lambda lv: Metric(f"p0.5_sgd_{lv}", "compression_ratio", label=f"{lv} uplink ratio")
   out += [
@@ -235,8 +234,9 @@ def figure_claims():
             "(p = 0.5)", "90.16 vs 91.18 (Table 2)",
             Difference(cell(0.5, "sgd", "hvsign-0.1"), cell(0.5, "sgd", "stoc-1")), section=f4),
       Claim("F4-stoc-bits", "Stoc needs more uplink bits than hv-Sign (compression ratio of "
-            "hv-Sign 0.1 minus Stoc 1 bit)", "Fig. 4",
-            Difference(ratio("hvsign-0.1"), ratio("stoc-1")), section=f4),
+            "hv-Sign 0.1 above Stoc 1 bit's)", "Fig. 4",
+            Exact(ratio("hvsign-0.1"), ratio("stoc-1"), relation=">"), section=f4,
+            check="deterministic property (the compressors' bits, fixed by their settings)"),
   ]
   for s in SERVERS:
     out.append(Claim(
@@ -327,7 +327,7 @@ def figure_claims():
             not_attempted="its data (8×8 mean-pooled MNIST, 3,000 examples, 20 clients) is "
             "not a dataset of the runner; checked by the slow test "
             "tests/test_fedef_claims.py; C6 (exact bits) by tests/test_fedef.py and "
-            "tests/test_compression.py", section=other),
+            "tests/test_compression.py", section=other, check="our calibration"),
   ]
   return out
 
@@ -385,10 +385,10 @@ when every level of the paper's grid (TopK 0.001/0.01/0.05, hv-Sign 0.01/0.05/0.
 1/2/4 bits) ran with these settings and seeds on 2026-11-22
 (`git show 00aa73e:results/fedef/tables_mlp/tables.md`). Only the picked levels are rerun
 here, on today's library, whose random streams differ from that run's: whether the rule
-still picks the same levels is not checked (row F2-levels). A cell row tests whether our
-accuracy reaches the paper's CNN number (AtLeast), except where the paper reports a
-collapse (Table 5, hv-Sign), tested as "falls to" (AtMost). The MLP instead of the
-paper's CNN is the known difference. Each seed draws its own partition, as the
+still picks the same levels is not checked (row F2-levels). The paper's cell accuracies
+are its CNN's, and our MLP's absolute accuracy is no evidence about them: the cells are
+not attempted (different model), and each table's relative claims (a compressor against
+our own full precision, R1-R3) are tested instead. Each seed draws its own partition, as the
 flagfiles in benchmarks/configs/fedef/ do, so the intervals cover the partition's
 randomness as well as the training's.
 
@@ -396,8 +396,12 @@ randomness as well as the training's.
 tolerances are ours (docs/papers/fedef.md), derived from the paper's own tables before any run:
 ±1.5 pp at p = 0.5 (R1), ±0.5 pp at p = 0.1 (R2, R3). Figure 4's and Figure 1's "reaches
 full-precision accuracy" is, by the paper's selection rule, within 0.1 pp, which three
-seeds cannot resolve; those rows use the tightest tolerance we state, ±0.5 pp.
-"Beats" claims have margin 0 (an interval above zero suffices) unless the row states one;
+seeds cannot resolve; those rows use the tightest tolerance we state, ±0.5 pp. Sign and
+hv-Sign at p = 0.5 are tested once, as Figure 4's rows (nearer the paper's 0.1 pp), not
+again as R1 rows on the same runs. T5-R3-hv-sign-degrades carries the paper's size, its
+collapse of hv-Sign by 11.56 pp, as the claimed size: an interval wholly below it is not
+reproduced.
+"Beats" claims have margin 0 (the whole interval above zero) unless the row states one;
 the catastrophic downgrade of Figure 1 uses our 10 pp (C1).
 
 **Figures 8 and 9.** Figure 8 follows our reading (docs/papers/fedef.md): with full participation

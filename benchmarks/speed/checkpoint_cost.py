@@ -37,7 +37,7 @@ def setup(algo: str, local_steps: int):
   """(build, task, hparams, num_clients)."""
   import numpy as np
   from fedjax_bench import algorithms, models
-  from fedjax_bench.task import task as task_lib
+  from fedjax_bench.task.build import make_stream_task
   from fedjax_bench.data import stream
   from fedjax_bench.sim import availability, participation, world as world_lib
   del algorithms
@@ -47,7 +47,7 @@ def setup(algo: str, local_steps: int):
         "server_opt": "sgd", "client_width": -1, "server_lr": 1.0}
   logreg = models.make("logreg", num_classes=10, is_image=False)
   n = 100 if algo == "fedavg" else 10_000
-  task = task_lib.make_stream_task(stream.leaf_stream(n, seed=0), logreg)
+  task = make_stream_task(stream.leaf_stream(n, seed=0), logreg)
   steps = np.full(n, local_steps, np.int32)
   if algo == "fedavg":
     world = world_lib.make(participation.full(n), steps)

@@ -7,7 +7,7 @@ For each algorithm, the persistent state of one run (server + clients, `jax.eval
 (Synthetic(1, 1) data, logistic regression with 60 or 120 features) and fitted exactly by
 S(n, d) = a + b·n + c·d + e·n·d. The table gives b (bytes per client), e (bytes per client
 per parameter) and c (server bytes per parameter). A run also holds the data and the round's
-working set; `core/memory.estimate` adds those, and the command line checks the total
+working set; `core/device_memory.estimate` adds those, and the command line checks the total
 against the device before it starts.
 """
 
@@ -18,7 +18,7 @@ import numpy as np
 
 from fedjax_bench import algorithms, config, data, experiment
 from fedjax_bench.output import results
-from fedjax_bench.core import memory
+from fedjax_bench.core import device_memory
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("output", "results/speed/memory_model.md", "The markdown table.")
@@ -41,7 +41,7 @@ def state_bytes(algo: str, n: int, dim: int) -> int:
   dataset = data.leaf_synthetic(n, 1.0, 1.0, 0, dim=dim, max_examples_per_client=60)
   exp = experiment.setup(cfg, dataset=dataset)
   server, clients = jax.eval_shape(exp.build(exp.hparams).init, jax.random.PRNGKey(0))
-  return memory.tree_bytes((server, clients)), memory.tree_bytes(server.params) // 4
+  return device_memory.tree_bytes((server, clients)), device_memory.tree_bytes(server.params) // 4
 
 
 def fit(algo: str) -> dict:
@@ -63,7 +63,7 @@ def main(argv):
            "exactly from `jax.eval_shape` of each algorithm's `init` "
            "(`python -m benchmarks.speed.memory_model`). Multiply by the runs a device holds "
            "(seeds × grid points / devices); add the data and the round's working set "
-           "(`core/memory.py`).",
+           "(`core/device_memory.py`).",
            "", "| algorithm | bytes per client per parameter (e) | bytes per client (b) | "
            "server bytes per parameter (c) |", "|---|---:|---:|---:|"]
   for r in rows:

@@ -54,7 +54,7 @@ def setup(name: str):
   import numpy as np
   from fedjax_bench import models
   from fedjax_bench.algorithms import fedavg, fedawe
-  from fedjax_bench.task import task as task_lib
+  from fedjax_bench.task.build import make_stream_task
   from fedjax_bench.data import stream
   from fedjax_bench.sim import availability, participation, world as world_lib
 
@@ -63,7 +63,7 @@ def setup(name: str):
   logreg = models.make("logreg", num_classes=10, is_image=False)
   if name.startswith("w4"):
     n, p = (10_000, 0.1) if name == "w4_10k" else (1_000, 1.0)
-    task = task_lib.make_stream_task(stream.leaf_stream(n, seed=0), logreg)
+    task = make_stream_task(stream.leaf_stream(n, seed=0), logreg)
     part = availability.make("stationary", availability.homogeneous(n, p))
     world = world_lib.make(part, np.full(n, LOCAL_STEPS, np.int32))
     hp.update(fedawe_clip=0.0, fedawe_eval="server")
@@ -76,7 +76,7 @@ def setup(name: str):
     seeds = list(range(8)) if name == "w5_8" else [0]
     return (lambda h: fedavg.build(task, world, h)), task, hp, seeds, n
   n = 10_000_000 if name == "w6_10m" else 1_000
-  task = task_lib.make_stream_task(stream.leaf_stream(n, seed=0), logreg)
+  task = make_stream_task(stream.leaf_stream(n, seed=0), logreg)
   world = world_lib.make(participation.uniform_sparse(n, 1000),
                          np.full(n, LOCAL_STEPS, np.int32))
   return (lambda h: fedavg.build(task, world, h)), task, hp, [0], 1000

@@ -5,7 +5,7 @@
 
 MIFA (memory [N, d]) over N clients on `--devices` forced host CPU devices and one run, so
 the engine's mesh is ("runs": 1, "clients": devices). Each side runs `--repeats` times,
-interleaved (sharded, replicated, sharded, ...; `engine.SHARD_CLIENT_STATE` switches);
+interleaved (sharded, replicated, sharded, ...; `engine.run`'s `shard_client_state`);
 reported: the client-state bytes one device holds (from the final state's shards on device
 0), the median seconds per round of each side and their ratio. Writes sharded_state.json
 and sharded_state.md under --output_dir.
@@ -34,11 +34,11 @@ def setup(n: int):
   import numpy as np
   from fedjax_bench import models
   from fedjax_bench.algorithms import mifa
-  from fedjax_bench.task import task as task_lib
+  from fedjax_bench.task.build import make_stream_task
   from fedjax_bench.data import stream
   from fedjax_bench.sim import participation, world as world_lib
   model = models.make("mlp", num_classes=10, is_image=False, mlp_hidden=(HIDDEN,))
-  task = task_lib.make_stream_task(
+  task = make_stream_task(
       stream.leaf_stream(n, seed=0, num_test=1000, num_train_eval=1000), model)
   world = world_lib.make(participation.uniform_sparse(n, FLAGS.clients_per_round),
                          np.full(n, LOCAL_STEPS, np.int32))
@@ -68,9 +68,8 @@ def main(argv):
   state_bytes = {}
   for _ in range(FLAGS.repeats):
     for side in sides:
-      engine.SHARD_CLIENT_STATE = side == "sharded"
       out = engine.run(build, task, hp, seeds=[0], rounds=FLAGS.rounds,
-                       eval_every=FLAGS.rounds)
+                       eval_every=FLAGS.rounds, shard_client_state=side == "sharded")
       sides[side].append(1.0 / out.timing["rounds_per_second"])
       state_bytes[side] = device0_bytes(out.state[1])
       print(f"{side}: {sides[side][-1] * 1e3:.1f} ms/round, client state on device 0: "

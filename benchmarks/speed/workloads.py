@@ -5,6 +5,7 @@ import numpy as np
 
 from fedjax_bench import models
 from fedjax_bench.task import task as task_lib
+from fedjax_bench.task.build import make_task
 from fedjax_bench.data import text
 from fedjax_bench.data.federated import Dataset, FederatedData
 from fedjax_bench.models.settings import ModelSettings
@@ -34,7 +35,7 @@ def mnist_shaped(seed: int, num_clients: int = 100, examples_per_client: int = 6
 
 def task(dataset: Dataset, model_name: str, train_eval_examples: int = 1000) -> task_lib.Task:
   model = models.make(model_name, num_classes=10, is_image=True, mlp_hidden=(200, 200))
-  return task_lib.make_task(dataset, model, train_eval_examples=train_eval_examples)
+  return make_task(dataset, model, train_eval_examples=train_eval_examples)
 
 
 def shakespeare_sizes(seed: int, num_clients: int) -> np.ndarray:
@@ -74,4 +75,4 @@ def lstm_task(dataset: Dataset, lstm_hidden: int,
   settings = ModelSettings(model="char_lstm", lstm_hidden=lstm_hidden)
   model = models.make("char_lstm", num_classes=dataset.num_classes, is_image=False,
                       dataset=dataset, settings=settings)
-  return task_lib.make_task(dataset, model, train_eval_examples=train_eval_examples)
+  return make_task(dataset, model, train_eval_examples=train_eval_examples)

@@ -10,7 +10,7 @@ Each round (Algorithm 1 with the fixed-denominator estimator f~_f, uniform weigh
   4. theta_{t+1} = server_opt(theta_t, pseudo-gradient -Delta) (sgd at lr 1: theta_t + Delta),
      also in a round that sampled nobody (the noise is released all the same).
 The privacy spent, ε at --dp_delta after each evaluated round, is the metric dp_epsilon,
-from dp-accounting's RDP accountant (`core/privacy.py`). The paper clips the model after
+from dp-accounting's RDP accountant (`algorithms/privacy.py`). The paper clips the model after
 every local step (a projection onto the ball of radius S around theta_t); like TFF and
 most later work, this clips the final update once, which bounds the same sensitivity.
 With S = inf and z = 0 under --participation=uniform it is FedAvg, bit for bit.
@@ -22,7 +22,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_bench.core import aggregate, keys, privacy as privacy_lib, rounds
+from fedjax_bench.algorithms import privacy as privacy_lib
+from fedjax_bench.core import aggregate, keys, rounds
 from fedjax_bench.core.types import FederatedAlgorithm
 from fedjax_bench.errors import UsageError
 from fedjax_bench.settings import NON_NEGATIVE, POSITIVE, Check, coerce, section, setting

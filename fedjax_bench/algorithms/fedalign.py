@@ -13,11 +13,9 @@ p_k = D_k / Σ_{i∈P} D_i. Each round r, at the broadcast model w:
 Baselines (Section 4): fedavg_priority admits nobody (FedALIGN at ε = 0);
 fedavg_all_clients admits every free client after the warm-up (ε = ∞); local_model trains
 one free client alone (w ← ClientUpdate(w, data_j)).
-Partial participation (App. A.4, App. C.3): each round a uniform --priority_fraction of P (or K
-draws
-with replacement ∝ p_k) and a --free_fraction of the free clients (uniform, or Bernoulli).
---compat=authors_code reproduces the released script's server update instead
-(docs/papers/fedalign.md).
+Partial participation (App. A.4, App. C.3) and the inclusion metrics are the protocol the four
+methods share (`prioritized.py`). --compat=authors_code runs the released script's round
+instead (`fedalign_authors_round.py`, docs/papers/fedalign.md).
 
 Keys: client k's local key depends on (seed, round, k) only, never on the method or on
 who else was admitted, so FedALIGN at ε = 0 is FedAvg on P bit for bit.
@@ -33,7 +31,9 @@ from fedjax_bench.core import aggregate, client_scores, cohort, keys, rounds
 from fedjax_bench.core.rounds import ServerState
 from fedjax_bench.task.task import Task
 from fedjax_bench.core.types import FederatedAlgorithm, Variant, variant
-from fedjax_bench.algorithms import fedavg
+from fedjax_bench.algorithms import fedalign_authors_round, fedavg, prioritized
+from fedjax_bench.algorithms.prioritized import FREE_SAMPLINGS, PRIORITY_SAMPLINGS
+from fedjax_bench.algorithms.prioritized import admitted_name  # noqa: F401 (re-exported)
 from fedjax_bench.errors import UsageError
 from fedjax_bench.settings import (NON_NEGATIVE, PROBABILITY, UNIT_INTERVAL, at_least, coerce,
                                    section, setting)
@@ -43,8 +43,6 @@ METHODS = ("fedalign", "fedavg_priority", "fedavg_all_clients", "local_model")
 SCORES = ("accuracy", "loss")
 INEQUALITIES = ("strict", "nonstrict")
 EPS_SCHEDULES = ("constant", "step", "linear_to_zero", "exp_decay")
-PRIORITY_SAMPLINGS = ("without_replacement", "with_replacement")
-FREE_SAMPLINGS = ("without_replacement", "bernoulli")
 COMPATS = ("none", "authors_code")
 _SCHEDULED = lambda hp: hp.align_eps_schedule != "constant"
 
@@ -126,41 +124,18 @@ def build(task: Task, world: World, hp: Hparams, *, method: str,
           hparams: type = Hparams) -> FederatedAlgorithm:
   hp = coerce(hparams, hp)
   cfg = _check(task, hp, method)
-  is_p = task.priority
-  n = task.num_clients
-  per_run = task.view is not None  # --data_per_seed: each run's roles, traced
-  n_p = task.num_priority if per_run else int(np.asarray(is_p).sum())
-  n_f = n - n_p
-  k_p = max(1, int(np.floor(cfg["priority_fraction"] * n_p)))
-  k_f = int(np.floor(cfg["free_fraction"] * n_f))
-  full = cfg["priority_fraction"] == 1 and cfg["free_fraction"] == 1
-  d = task.counts.astype(jnp.float32)
-  p = d / jnp.sum(jnp.where(is_p, d, 0.0))  # the paper's p_k, for every client
+  pfl = prioritized.protocol(task, priority_fraction=cfg["priority_fraction"],
+                             free_fraction=cfg["free_fraction"],
+                             priority_sampling=cfg["priority_sampling"],
+                             free_sampling=cfg["free_sampling"])
+  is_p, n, d, full = pfl.priority, pfl.n, pfl.d, pfl.full
   local_id = cfg["local_client"]
   sopt = hp.optimizer()
   mu = hp.prox_mu
   record = hp.record_admitted
-  free_ids = np.arange(n) if per_run else np.flatnonzero(~np.asarray(is_p))
-
-  def participation(key):
-    """(who takes part [N] bool, how often each priority client was drawn [N])."""
-    key = keys.for_purpose(key, "participation")
-    kp, kf = jax.random.split(key)
-    if full:
-      return jnp.ones(n, bool), jnp.ones(n, jnp.float32)
-    if cfg["priority_sampling"] == "with_replacement":
-      draws = jax.random.choice(kp, n, (k_p,), p=jnp.where(is_p, p, 0.0))
-      mult = jnp.zeros(n, jnp.float32).at[draws].add(1.0)
-    else:
-      mult = _uniform_subset(kp, is_p, k_p).astype(jnp.float32)
-    if cfg["free_sampling"] == "bernoulli":
-      free = ~is_p & (jax.random.uniform(kf, (n,)) < cfg["free_fraction"])
-    else:
-      free = _uniform_subset(kf, ~is_p, k_f)
-    return (mult > 0) | free, mult
 
   def scores(params, key):
-    """(g, s [N]) at ``params``: the priority score and each client's selection score."""
+    """Step 1: (g, s [N]) at ``params``, the priority score and each client's score."""
     loss, acc = client_scores.per_client(task, params)
     m = acc if cfg["score"] == "accuracy" else loss
     # Times the reciprocal, as XLA computes a division by a constant: the same g whether
@@ -173,7 +148,7 @@ def build(task: Task, world: World, hp: Hparams, *, method: str,
     return g, m
 
   def admit(server: ServerState, key, part):
-    """The free clients included this round, and the selection diagnostics."""
+    """Steps 1-2: the free clients included this round, and the selection diagnostics."""
     r = server.round
     warm = r >= hp.warmup_rounds
     eps = epsilon(hp, r)
@@ -198,24 +173,27 @@ def build(task: Task, world: World, hp: Hparams, *, method: str,
                     "n_accepted": jnp.sum(accept).astype(jnp.float32)}
 
   def local_loss(start):
+    """Step 3: F_k, plus μ/2 ‖v − w‖² with --prox_mu."""
     if isinstance(mu, (int, float)) and not mu:  # a grid passes a tracer: keep the term
       return None
     return lambda v, xb, yb, wb, rng: (task.loss(v, xb, yb, wb, rng) + 0.5 * mu
                                        * optax.tree.norm(optax.tree.sub(v, start), squared=True))
 
   def weights(admitted, mult):
+    """Step 4's weights: D_k (∝ p_k; 1 with --weighting=uniform) of the sampled priority
+    clients and the admitted ones; dividing by their sum is step 4's normalization."""
     base = d if cfg["weighting"] == "data_size" else jnp.ones(n, jnp.float32)
     if cfg["priority_sampling"] == "with_replacement" and not full:
-      prio = mult / k_p * jnp.sum(jnp.where(is_p, base, 0.0))  # eq. 56: (1/K) Σ_{S_t}
+      prio = mult / pfl.k_p * jnp.sum(jnp.where(is_p, base, 0.0))  # eq. 56: (1/K) Σ_{S_t}
     else:
       prio = jnp.where(is_p, mult, 0.0) * base
     return jnp.where(is_p, prio, jnp.where(admitted, base, 0.0))
 
   cap = 1 if method == "local_model" else (n if full or cfg["free_sampling"] == "bernoulli"
-                                     else k_p + k_f)
+                                     else pfl.k_p + pfl.k_f)
 
   def round_fn(server: ServerState, clients, key):
-    part, mult = participation(key)
+    part, mult = prioritized.sample(pfl, key)
     if method == "local_model":
       mult = jnp.zeros(n, jnp.float32)
     admitted, diag = admit(server, key, part)
@@ -227,85 +205,13 @@ def build(task: Task, world: World, hp: Hparams, *, method: str,
     delta = aggregate.mean_of_sum(total, w)
     server = rounds.apply_update(sopt, server, delta, server.world, skip=~jnp.any(c.valid))
     return server, clients, {**rounds.metrics(a > 0, c, losses), **diag,
-                             **_inclusion_metrics(task, p, admitted, free_ids, record)}
+                             **prioritized.inclusion_metrics(task, pfl, admitted, record)}
 
   if cfg["compat"] == "authors_code":
-    round_fn = _authors_round(task, world, hp, method, cfg, participation, scores,
-                              k_p, k_f, free_ids, record, p)
+    round_fn = fedalign_authors_round.build_round(task, world, hp, method, pfl, scores,
+                                                  epsilon, record)
   return FederatedAlgorithm(
       lambda key: (rounds.init_server(task, world, sopt, key), ()), round_fn)
-
-
-def _uniform_subset(key, eligible, k: int):
-  """k of the ``eligible`` clients uniformly without replacement ([N] bool)."""
-  u = jnp.where(eligible, jax.random.uniform(key, eligible.shape), 2.0)
-  chosen = jnp.zeros(eligible.shape, bool).at[jnp.argsort(u)[:k]].set(True)
-  return chosen & eligible
-
-
-def _inclusion_metrics(task, p, admitted, free_ids, record: bool) -> dict:
-  free = ~task.priority & admitted
-  out = {"n_admitted": jnp.sum(free).astype(jnp.float32),
-         "theta_term": 1.0 / (1.0 + jnp.sum(jnp.where(free, p, 0.0)))}
-  if task.aligned is not None:
-    out["n_admitted_aligned"] = jnp.sum(free & task.aligned).astype(jnp.float32)
-  if record:
-    out.update({admitted_name(int(k)): free[k].astype(jnp.float32) for k in free_ids})
-  return out
-
-
-def admitted_name(k: int) -> str:
-  return f"admitted_{k:04d}"
-
-
-def _authors_round(task, world, hp, method, cfg, participation, scores, k_p, k_f,
-                   free_ids, record, p):
-  """The released fl-priority/main.py (docs/papers/fedalign.md): uniform weights, Δ̄_P applied
-  several
-  times, free clients starting from w1 (All) or w2 (FedALIGN), g at w1 against s at w2
-  on one minibatch, the warm-up ending a round early, and no proximal gradient."""
-  is_p = task.priority
-  sgd = optax.sgd(1.0)
-  mean = lambda deltas, w: aggregate.weighted_mean(deltas, w)
-
-  def round_fn(server: ServerState, clients, key):
-    w, r = server.params, server.round
-    part, _ = participation(key)
-    c_p = cohort.from_mask(is_p & part, k_p)
-    d_p, losses = rounds.train(task, world, hp, w, c_p, key, r)
-    dbar = mean(d_p, c_p.valid.astype(jnp.float32))
-    add = lambda x, delta, times=1.0: jax.tree.map(lambda a, b: a + times * b, x, delta)
-    w1, new = add(w, dbar), add(w, dbar, 3.0)
-    warm = r + 1 >= hp.warmup_rounds
-    admitted = jnp.zeros(task.num_clients, bool)
-    diag = {}
-    if method in ("fedavg_all_clients", "fedalign"):
-      if method == "fedavg_all_clients":
-        admitted, start = ~is_p & part, w1
-      else:
-        start = add(w1, dbar)
-        g, _ = scores(w1, key)
-        _, s = scores(start, key)
-        admitted = ~is_p & part & (jnp.abs(s - g) < epsilon(hp, r))
-        diag = {"global_score": g, "epsilon": epsilon(hp, r)}
-      c_f = cohort.from_mask(admitted, k_f)
-      d_f, _ = rounds.train(task, world, hp, start, c_f, key, r)
-      total = jnp.sum(c_p.valid) + jnp.sum(c_f.valid)
-      a = jax.tree.map(lambda x, y: x + y,
-                       aggregate.weighted_sum(d_p, c_p.valid.astype(jnp.float32)),
-                       aggregate.weighted_sum(d_f, c_f.valid.astype(jnp.float32)))
-      a = jax.tree.map(lambda x: x / jnp.maximum(total, 1).astype(x.dtype), a)
-      mixed = add(start, a, 2.0 if method == "fedavg_all_clients" else 1.0)
-      new = jax.tree.map(lambda x, y: jnp.where(warm, x, y), mixed, new)
-      admitted = admitted & warm
-    delta = jax.tree.map(jnp.subtract, new, w)
-    updates, opt_state = sgd.update(jax.tree.map(jnp.negative, delta), server.opt_state, w)
-    server = ServerState(optax.apply_updates(w, updates), opt_state, r + 1, server.world,
-                         server.aux)
-    return server, clients, {**rounds.metrics(is_p & part, c_p, losses), **diag,
-                             **_inclusion_metrics(task, p, admitted, free_ids, record)}
-
-  return round_fn
 
 
 def _check(task: Task, hp: Hparams, method: str) -> dict:

@@ -22,7 +22,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from fedjax_bench.core import aggregate, compression, keys, memory, rounds
+from fedjax_bench.algorithms import compression
+from fedjax_bench.core import aggregate, device_memory, keys, rounds
 from fedjax_bench.core import cohort as cohort_lib
 from fedjax_bench.core.types import FederatedAlgorithm, Variant, variant as make_variant, with_count
 from fedjax_bench.errors import UsageError
@@ -84,7 +85,7 @@ def build(task, world, hp: Hparams, *, server_opt: str | None = None,
   down_bits = down.bits(shapes) if down else dense_bits
   if ef:
     # One device's rows: the engine shards client states over the devices runs leave over.
-    memory.check_fits(cohort_lib.rows_here(n) * d * 4,
+    device_memory.check_fits(cohort_lib.rows_here(n) * d * 4,
                       f"the error-feedback state ({n} clients x {d} parameters)",
                       "use fewer clients or a smaller model, or shard the runs over more "
                       "devices")

@@ -6,7 +6,7 @@ Algorithm 1 with loss-aware aggregation weights. Each round t:
      vectorized pass, less F_i* (our reading, docs/papers/hetero_agg.md): 0 (--local_optimum=zero),
      or estimated once
      before round 1 by training each client alone (--local_optimum=estimate,
-     core/local_optimum.py);
+     algorithms/local_optimum.py);
   3. α = WEIGHTS[strategy](ℓ, p), p_i = n_i / Σ_{j∈I_t} n_j:
        fedmax      α = 1/|J| on J = argmax ℓ                      (eq. 15, 22)
        fedmax_k    α = 1/k on the k largest ℓ                     (--fedmax_k)
@@ -22,7 +22,8 @@ Algorithm 1 with loss-aware aggregation weights. Each round t:
 
 import jax.numpy as jnp
 
-from fedjax_bench.core import loss_weights, rounds
+from fedjax_bench.algorithms import loss_weights
+from fedjax_bench.core import rounds
 from fedjax_bench.core.rounds import ServerState
 from fedjax_bench.task.task import Task
 from fedjax_bench.core.types import FederatedAlgorithm, variant, with_count
@@ -86,7 +87,7 @@ def build(task: Task, world: World, hp: Hparams, *, strategy: str) -> FederatedA
     if estimate:  # F̂_i* in the server's aux
       # Imported here, so that only the runs that estimate load the module (a run's
       # record hashes every loaded module's top level, claims/code.py).
-      from fedjax_bench.core import local_optimum
+      from fedjax_bench.algorithms import local_optimum
       server = server._replace(aux=local_optimum.estimate(
           task, server.params, local_optimum.key_of(key), steps=hp.local_optimum_steps,
           lr=hp.client_lr, batch_size=hp.batch_size, sampling=hp.sampling))

@@ -11,7 +11,8 @@ With equal τ_i this is generalised FedAvg (α = p).
 
 import jax.numpy as jnp
 
-from fedjax_bench.core import aggregate, loss_weights, rounds
+from fedjax_bench.algorithms import loss_weights
+from fedjax_bench.core import aggregate, rounds
 from fedjax_bench.core.rounds import ServerState
 from fedjax_bench.task.task import Task
 from fedjax_bench.core.types import FederatedAlgorithm

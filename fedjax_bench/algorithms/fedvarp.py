@@ -15,8 +15,8 @@ Memory: y is O(m d) floats; ybar is kept incrementally as in MIFA.
 import jax
 import jax.numpy as jnp
 
-from fedjax_bench.algorithms.mifa import init_with_memory, refresh
 from fedjax_bench.core import aggregate, cohort as cohort_lib, rounds
+from fedjax_bench.core.client_memory import init_with_memory, refresh
 from fedjax_bench.core.types import FederatedAlgorithm
 from fedjax_bench.settings import coerce
 

@@ -6,37 +6,16 @@ steps with the mean over ALL clients every round, even one where nobody is avail
   for i in A_t: U_i = Delta_i        (Delta_i trained from the current x_t)
   x_{t+1} = x_t + eta_g * (1/m) sum_{i=1..m} U_i
 
-Memory: U is O(m d) floats. The mean Ubar is kept incrementally,
+Memory: U is O(m d) floats. The mean Ubar is kept incrementally (`core/client_memory.py`),
 Ubar += (1/m) sum_{i in A_t} (Delta_i - U_i^old), so a round costs O(|A_t| d), not O(m d).
 """
 
-import jax
-import jax.numpy as jnp
-
-from fedjax_bench.core import aggregate, cohort as cohort_lib, rounds
+from fedjax_bench.core import rounds
+from fedjax_bench.core.client_memory import init_with_memory, refresh
 from fedjax_bench.core.types import FederatedAlgorithm
 from fedjax_bench.settings import coerce
 
 Hparams = rounds.Synchronous
-
-
-def zeros_per_client(params, m: int):
-  return jax.tree.map(lambda a: jnp.zeros((m,) + a.shape, a.dtype), params)
-
-
-def refresh(memory, mean, c, deltas, m: int):
-  """Stores the cohort's new updates and moves the population mean accordingly."""
-  valid = c.valid.astype(jnp.float32)
-  change = jax.tree.map(jnp.subtract, deltas, cohort_lib.gather(memory, c))
-  mean = jax.tree.map(jnp.add, mean, aggregate.scaled_sum(change, valid, m))
-  return cohort_lib.scatter(memory, c, deltas), mean
-
-
-def init_with_memory(task, world, sopt, key):
-  """Server state whose aux is the memory's mean, and an all-zero memory [m, ...]."""
-  server = rounds.init_server(task, world, sopt, key)
-  zero = jax.tree.map(jnp.zeros_like, server.params)
-  return server._replace(aux=zero), zeros_per_client(server.params, world.num_clients)
 
 
 def build(task, world, hp: rounds.Synchronous) -> FederatedAlgorithm:

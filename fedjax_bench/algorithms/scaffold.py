@@ -22,8 +22,8 @@ import jax
 import jax.numpy as jnp
 
 from fedjax_bench.algorithms import fedavg
-from fedjax_bench.algorithms.mifa import init_with_memory
 from fedjax_bench.core import aggregate, cohort as cohort_lib, local_terms, rounds, schedules
+from fedjax_bench.core.client_memory import init_with_memory
 from fedjax_bench.core.types import FederatedAlgorithm
 from fedjax_bench.settings import coerce, section, setting
 

@@ -4,8 +4,8 @@ report generated (`paper.render`). Driven by `benchmarks/claims.py`."""
 
 from fedjax_bench.claims.paper import Curve, Figure, Paper, plot, render
 from fedjax_bench.claims.store import Run
-from fedjax_bench.claims.verdicts import (AtLeast, AtMost, Claim, Difference, Equivalent,
+from fedjax_bench.claims.verdicts import (AtLeast, AtMost, Claim, Difference, Equivalent, Exact,
                                          LargerGap, Metric)
 
-__all__ = ["AtLeast", "AtMost", "Claim", "Curve", "Difference", "Equivalent", "Figure",
+__all__ = ["AtLeast", "AtMost", "Claim", "Curve", "Difference", "Equivalent", "Exact", "Figure",
            "LargerGap", "Metric", "Paper", "Run", "plot", "render"]

@@ -11,7 +11,7 @@ import os
 import textwrap
 from typing import Optional
 
-from fedjax_bench.claims import store
+from fedjax_bench.claims import store, verdicts
 from fedjax_bench.claims.verdicts import VERDICTS, Claim, Metric
 
 TITLE_WIDTH = 75  # characters of a figure's title line: what a 7-inch figure shows whole
@@ -102,31 +102,83 @@ def _provenance(paper: Paper, what: str) -> str:
           "what the runs produce.")
 
 
+def _result_cells(c, o) -> tuple[str, str]:
+  """A row's "ours" and verdict cells."""
+  ours = "—" if c.test is None else _ours(o)
+  return ours, f"**{o.verdict}**" + (f": {c.not_attempted}" if c.test is None else "")
+
+
+def _ours(o) -> str:
+  if o.kind == "every seed":
+    return f"{o.ours}, range {o.interval}, n={o.n}"
+  return f"{o.ours} {o.interval}, n={o.n}" + (", median" if o.kind == "median" else "")
+
+
+def _counts(outcomes, names) -> str:
+  counts = collections.Counter(o.verdict for o in outcomes)
+  return ", ".join(f"{counts[v]} {v}" for v in names if counts[v])
+
+
+def multiplicity(paper: Paper, records: dict, outcomes: dict) -> str:
+  """The report's statement of multiplicity: how many claims were tested, what that
+  implies, and how many reproduced rows survive Bonferroni over them."""
+  tested = [c for c in paper.claims if not c.check and c.test is not None]
+  n = len(tested)
+  if not n:
+    return ""
+  reproduced = [c for c in tested if outcomes[c.id].verdict == verdicts.REPRODUCED]
+  level = 1 - (1 - verdicts.LEVEL) / n
+  kept = sum(c.outcome(records, level).verdict == verdicts.REPRODUCED for c in reproduced)
+  chance = (1 - verdicts.LEVEL) / 2 * n
+  return (f"Multiplicity: {n} claims were tested, each at {verdicts.LEVEL:.0%} on its own, "
+          f"with no correction across rows: if none held, about {chance:.1f} of them would "
+          f"still come out reproduced (and as many contradicted) by chance. With Bonferroni "
+          f"over the {n} (every interval at {level:.2%}), {kept} of the {len(reproduced)} "
+          "reproduced rows stay reproduced.")
+
+
 def render(paper: Paper, records: dict) -> dict[str, str]:
   """{file name: text} of the paper's report files (`REPORT_FILES`) from ``records``
-  ({run name: record}): REPORT.md is the answer (the paper, the setting, the verdict
-  counts, the claim tables, the figures, the notes); VERDICTS.md how each verdict is
-  computed; RUNS.md the runs, their times and commands."""
+  ({run name: record}): REPORT.md is the answer (the paper, the verdict counts of its
+  claims and the multiplicity, the claim tables, the setting, the checks apart, the
+  figures, the notes); VERDICTS.md the rules and how each verdict is computed; RUNS.md the
+  runs, their times and commands."""
   outcomes = {c.id: c.outcome(records) for c in paper.claims}
-  counts = collections.Counter(o.verdict for o in outcomes.values())
-  lines = [f"# {paper.title}", "", f"Paper: {paper.source}", ""]
-  if paper.intro:
-    lines += [paper.intro.strip(), ""]
-  lines += ["Verdicts: " + ", ".join(f"{counts[v]} {v}" for v in VERDICTS if counts[v]) + ".",
-            "", "How each verdict is computed: [VERDICTS.md](VERDICTS.md); the runs, their "
-            "times and commands: [RUNS.md](RUNS.md).", ""]
+  claims = [c for c in paper.claims if not c.check]
+  checks = [c for c in paper.claims if c.check]
+  lines = [f"# {paper.title}", "", f"Paper: {paper.source}", "",
+           "Verdicts: " + _counts((outcomes[c.id] for c in claims), VERDICTS) + ".", ""]
+  one = len(checks) == 1
+  apart = (f" The {len(checks)} " + ("check that is not a claim of the paper is" if one else
+                                     "checks that are not claims of the paper are")
+           + " apart (each row says its kind), under [Checks](#checks): "
+           + _counts((outcomes[c.id] for c in checks), verdicts.RESULTS) + "."
+           if checks else "")
+  lines += [f"The counts are of the paper's {len(claims)} claims, one row each." + apart
+            + " " + multiplicity(paper, records, outcomes), "",
+            "The rules and how each verdict is computed: [VERDICTS.md](VERDICTS.md); the "
+            "runs, their times and commands: [RUNS.md](RUNS.md).", ""]
   sections = collections.defaultdict(list)
-  for c in paper.claims:
+  for c in claims:
     sections[c.section].append(c)
-  for section, claims in sections.items():
+  for section, rows in sections.items():
     lines += [f"## {section or 'Claims'}", "",
               "| id | the paper's claim | paper | ours (95% CI, seeds) | verdict |",
               "|---|---|---|---|---|"]
-    for c in claims:
-      o = outcomes[c.id]
-      ours = "—" if c.test is None else f"{o.ours} {o.interval}, n={o.n}"
-      verdict = f"**{o.verdict}**" + (f": {c.not_attempted}" if c.test is None else "")
+    for c in rows:
+      ours, verdict = _result_cells(c, outcomes[c.id])
       lines.append(f"| {c.id} | {c.statement} | {c.paper} | {ours} | {verdict} |")
+    lines.append("")
+  if paper.intro:
+    lines += ["## Setting", "", paper.intro.strip(), ""]
+  if checks:
+    lines += ["## Checks", "",
+              "Not claims of the paper, and not in the verdict counts above.", "",
+              "| id | what is checked | kind | expected | ours | result |",
+              "|---|---|---|---|---|---|"]
+    for c in checks:
+      ours, result = _result_cells(c, outcomes[c.id])
+      lines.append(f"| {c.id} | {c.statement} | {c.check} | {c.paper} | {ours} | {result} |")
     lines.append("")
   if paper.figures:
     lines += ["## Figures", ""] + [f"![{f.title}]({f.file})" for f in paper.figures] + [""]
@@ -134,19 +186,23 @@ def render(paper: Paper, records: dict) -> dict[str, str]:
     lines += ["## Notes", "", paper.notes.strip(), ""]
   lines += [_provenance(paper, "this file"), ""]
 
-  verdicts = [f"# {paper.name}: how each verdict is computed", "",
-              "The test behind each verdict of [REPORT.md](REPORT.md), and the command that "
-              "reruns its runs.", ""]
+  rules = [f"# {paper.name}: the rules and how each verdict is computed", "",
+           "The test behind each verdict of [REPORT.md](REPORT.md), and the command that "
+           "reruns its runs.", "", "## Rules", "", verdicts.RULES, "", "## Each row", ""]
   for c in paper.claims:
     if c.test is not None:
-      verdicts.append(f"- **{c.id}**: {c.test.statistic()}; rerun with "
-                      f"`python benchmarks/claims.py {paper.name} --claim={c.id}`."
-                      + (f" {c.note}" if c.note else ""))
+      kind = outcomes[c.id].kind
+      median = (" (the values lie on a grid or all tie: the sign-test interval)"
+                if kind == "median" else "")
+      rules.append(f"- **{c.id}**{' (a check)' if c.check else ''}: "
+                   f"{c.test.statistic(kind)}{median}; rerun with "
+                   f"`python benchmarks/claims.py {paper.name} --claim={c.id}`."
+                   + (f" {c.note}" if c.note else ""))
   not_attempted = [c.id for c in paper.claims if c.test is None]
   if not_attempted:
-    verdicts += ["", "Not attempted (the reason is in REPORT.md's table): "
-                 + ", ".join(not_attempted) + "."]
-  verdicts += ["", _provenance(paper, "this file"), ""]
+    rules += ["", "Not attempted (the reason is in REPORT.md's tables): "
+              + ", ".join(not_attempted) + "."]
+  rules += ["", _provenance(paper, "this file"), ""]
 
   runs = [f"# {paper.name}: the runs", "",
           "The runs behind [REPORT.md](REPORT.md), each cached in `runs/` as one JSON file. "
@@ -167,7 +223,7 @@ def render(paper: Paper, records: dict) -> dict[str, str]:
   else:
     runs.append("No run made yet.")
   runs += ["", _provenance(paper, "this file"), ""]
-  return {"REPORT.md": "\n".join(lines), "VERDICTS.md": "\n".join(verdicts),
+  return {"REPORT.md": "\n".join(lines), "VERDICTS.md": "\n".join(rules),
           "RUNS.md": "\n".join(runs)}
 
 

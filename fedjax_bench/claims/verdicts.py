@@ -1,21 +1,32 @@
 """Claims declared, verdicts computed.
 
 A claim names the paper's statement and number, and a test: which per-seed values it
-compares (a `Metric` of one run), the statistic (the mean, paired per seed when two runs
-share seeds and so randomness, with a two-sided Student-t confidence interval over seeds)
-and its margin. The verdict follows from those numbers alone:
+compares (a `Metric` of one run), the statistic and its interval, and its margin. The
+verdict follows from those numbers alone, by the rules below (`RULES`, printed at the top of
+every VERDICTS.md; docs/claims.md explains them):
 
-* `Difference(a, b, margin)`, the paper's "a beats b" (by at least ``margin``):
-  reproduced when the interval of mean(a - b) lies above 0 and the mean reaches
-  ``margin``; contradicted when the interval lies below 0; direction only when the mean
-  is above 0 otherwise; not reproduced when it is not.
-* `Equivalent(a, b, within)`, the paper's "a matches b": reproduced when the interval
-  of mean(a - b) lies within ±``within``; contradicted when it lies wholly outside it;
-  not reproduced otherwise.
-* `AtLeast(a, value)` / `AtMost(a, value)`: the interval of mean(a) above (below) the
-  value: reproduced; wholly on the other side: contradicted; the mean on the right
-  side: direction only; otherwise not reproduced.
-* `NotAttempted(reason)`.
+* The statistic is the mean over seeds (of paired per-seed differences when two runs share
+  seeds, and so randomness) with a two-sided 95% Student-t interval. A statistic counted on
+  a grid (rounds to a target, a grid point of a sweep: `Metric.is_discrete`), or one whose
+  per-seed values all tie, is the median with the distribution-free interval of the exact
+  sign test instead (`sign_interval`): a zero-width t-interval of tied values is no
+  evidence.
+* `Difference(a, b, margin, claimed)`, the paper's "a beats b" (by at least ``margin``; by
+  ``claimed`` where the paper states a size, else the margin): contradicted when the
+  interval lies below 0; not reproduced when it lies below the claimed size (smaller than
+  claimed); reproduced when it lies above the claimed size; direction only when the
+  statistic is above 0; not reproduced otherwise.
+* `Equivalent(a, b, within)`, the paper's "a matches b": reproduced when the interval lies
+  inside ±``within``; contradicted when it lies wholly outside; not reproduced otherwise.
+* `AtLeast(a, value)` / `AtMost(a, value)`: the interval above (below) the value:
+  reproduced; wholly on the other side: contradicted; the statistic on the claimed side:
+  direction only; otherwise not reproduced.
+* `Exact(a, b or value, relation)`: a deterministic property (an identity, an ordering
+  that no seed can change), not a claim of the paper: it holds when every seed satisfies
+  the relation and fails otherwise; no statistics.
+* Ties: an end of an interval within `TIE_RTOL` of a boundary (0, a margin, ±within, a
+  value) is on it, and a bound on a boundary is not past it, so no verdict turns on
+  floating-point slack.
 
 Prose may explain a verdict, never change it: the report prints these.
 """
@@ -30,9 +41,60 @@ DIRECTION_ONLY = "direction only"
 NOT_REPRODUCED = "not reproduced"
 CONTRADICTED = "contradicted"
 NOT_ATTEMPTED = "not attempted"
+HOLDS = "holds"   # an `Exact` check: every seed satisfies it
+FAILS = "fails"
 STALE = "stale"  # only shown by --list: a report is never written from stale runs
 VERDICTS = (REPRODUCED, DIRECTION_ONLY, NOT_REPRODUCED, CONTRADICTED, NOT_ATTEMPTED)
+RESULTS = VERDICTS[:4] + (HOLDS, FAILS, NOT_ATTEMPTED)  # of checks (`Claim.check`)
 LEVEL = 0.95
+# Ties: a value within TIE_RTOL * max(1, |boundary|) of a boundary is on it. The records
+# keep 7 significant digits; float arithmetic on them (a mean of equal values, a std of 0)
+# is off by about 1e-15 relative, and any measured difference is far above 1e-6.
+TIE_RTOL = 1e-6
+
+RULES = f"""How a row's verdict follows from its numbers (`fedjax_bench/claims/verdicts.py`;
+[docs/claims.md](../../docs/claims.md#verdict-rules)):
+
+- **The statistic** is the mean over seeds of the row's per-seed values (paired per seed:
+  the runs share seeds), with a two-sided {LEVEL:.0%} Student-t interval. A statistic
+  counted on a grid (rounds to a target, a grid point of a sweep), or whose per-seed values
+  all tie, is the **median** with the distribution-free interval of the exact sign test
+  (order statistics; with fewer than 6 seeds it is [−∞, +∞]); its row says "median".
+- **"a beats b"** (margin m ≥ 0; claimed size c = the paper's stated size where the row
+  gives one, else m): **contradicted** when the whole interval is below 0; **not
+  reproduced** when the whole interval is below c (the effect is smaller than claimed),
+  whatever the sign of the statistic; **reproduced** when the whole interval is above c;
+  **direction only** when the statistic is above 0; **not reproduced** otherwise.
+- **"a matches b"** (±w): **reproduced** when the whole interval is inside (−w, +w);
+  **contradicted** when it is wholly outside; **not reproduced** otherwise.
+- **A threshold** v: **reproduced** when the whole interval is past v; **contradicted**
+  when it is wholly on the other side; **direction only** when the statistic is on the
+  claimed side; **not reproduced** otherwise.
+- **Ties and grids**: a bound within 1e-6 × max(1, |boundary|) of a boundary (0, m,
+  c, ±w, v) is on it, and a bound on a boundary is not past it: no margin is cleared, no
+  equivalence holds and nothing is contradicted on a tie (the records keep 7 significant
+  digits; floating-point slack is far below the tolerance).
+- **Checks** (identities, our calibration, checks of an old report, deterministic
+  properties, our own experiments) are not claims of the paper and are not counted with
+  them; an exact check **holds** when every seed satisfies it, within the same tolerance,
+  and **fails** otherwise.
+- **Multiplicity**: every row is judged at {LEVEL:.0%} on its own, with no correction across
+  rows; REPORT.md says how many claims were tested and how many of its reproduced rows
+  stay reproduced when every interval is widened to 1 − 0.05/N for N tested claims
+  (Bonferroni over the report)."""
+
+
+def _tol(boundary: float) -> float:
+  return TIE_RTOL * max(1.0, abs(boundary))
+
+
+def above(x: float, boundary: float) -> bool:
+  """Whether ``x`` is past ``boundary`` upward, a tie (within `TIE_RTOL`) not counting."""
+  return x > boundary + _tol(boundary)
+
+
+def below(x: float, boundary: float) -> bool:
+  return x < boundary - _tol(boundary)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,7 +117,12 @@ class Metric:
   point ignored): the grid point is the one whose mean over seeds of ``tune`` is smallest,
   non-finite means excluded, ties to the later point (grids are declared ascending);
   ``tune_each_seed``: each seed's own smallest. ``tune_below``: instead the last grid point
-  whose ``tune`` is below this value (e.g. the largest stable stepsize)."""
+  whose ``tune`` is below this value (e.g. the largest stable stepsize). A ``tune`` of another
+  run picks the grid point there, and this run is read at its grid point of the same swept
+  values (a fixed stepsize: the one tuned for another setting); NaN where it has none.
+
+  ``discrete``: the values lie on a grid (tested with the sign test, not the t-interval);
+  rounds to a target (``reach``) and swept settings are discrete without it."""
   run: str
   metric: str = "test_accuracy"
   window: float = 0
@@ -70,15 +137,35 @@ class Metric:
   tune: Optional["Metric"] = None
   tune_each_seed: bool = False
   tune_below: Optional[float] = None
+  discrete: bool = False
 
   def values(self, records: dict) -> np.ndarray:
     rec = records[self.run]
     if self.tune is None:
       return self._values(rec, self.point)
-    pick, ok = self.tuned_points(rec)
+    if self.tune.run == self.run:
+      pick, ok = self.tuned_points(rec)
+    else:
+      pick, ok = self._points_of_other(records)
     vals = np.stack([self._values(rec, g) for g in range(_grid_size(rec))])
     out = vals[pick, np.arange(vals.shape[1])]
     return np.where(ok, out, np.nan)
+
+  def is_discrete(self, records: dict) -> bool:
+    """Whether the values lie on a grid: declared, rounds to a target, or a swept setting."""
+    return (self.discrete or self.reach is not None
+            or self.metric not in records[self.run]["metrics"])
+
+  def _points_of_other(self, records: dict):
+    """This run's grid points with the swept values that ``tune`` picks on its own run."""
+    other = records[self.tune.run]
+    if list(other["seeds"]) != list(records[self.run]["seeds"]):
+      raise ValueError(f"{self.run} and {self.tune.run} do not share seeds: no common point")
+    there, ok = dataclasses.replace(self, run=self.tune.run).tuned_points(other)
+    grid = records[self.run].get("grid") or []
+    here = np.array([grid.index(other["grid"][g]) if other["grid"][g] in grid else -1
+                     for g in there])
+    return np.maximum(here, 0), ok & (here >= 0)
 
   def tuned_points(self, rec: dict):
     """([S] the grid point ``tune`` picks for each seed, [S] whether any point was finite)."""
@@ -169,6 +256,8 @@ class Metric:
     if self.tune is not None:
       whose = "each seed's" if self.tune_each_seed else "the"
       tuned = self.tune.describe().split(': ', 1)[1]
+      if self.tune.run != self.run:
+        tuned += f" of {self.tune.label or self.tune.run} (its swept values, read here)"
       if self.tune_below is not None:
         mean = "its" if self.tune_each_seed else "the seed-mean"
         out += f", at {whose} last grid point with {mean} {tuned} < {self.tune_below:g}"
@@ -194,6 +283,7 @@ class Outcome:
   ours: str         # the statistic, e.g. "+2.51"
   interval: str     # e.g. "[+2.0, +3.0]"
   n: int
+  kind: str = "mean"  # "mean" (Student-t), "median" (sign test) or "every seed" (`Exact`)
 
 
 def interval(values: Sequence[float], level: float = LEVEL) -> tuple[float, float, float]:
@@ -208,6 +298,36 @@ def interval(values: Sequence[float], level: float = LEVEL) -> tuple[float, floa
   return mean, mean - half, mean + half
 
 
+def sign_interval(values: Sequence[float], level: float = LEVEL) -> tuple[float, float, float]:
+  """(median, lo, hi): the distribution-free interval of the median that inverts the exact
+  two-sided sign test: the k-th smallest and k-th largest value for the largest k with
+  P(Binomial(n, ½) < k) ≤ (1 − level)/2, valid for tied and discrete values; infinite when
+  no k qualifies (fewer than 6 values at 95%)."""
+  from scipy import stats
+  v = np.sort(np.asarray(values, dtype=np.float64))
+  median = float(np.median(v))
+  k = 0
+  while k < v.size // 2 and stats.binom.cdf(k, v.size, 0.5) <= (1 - level) / 2:
+    k += 1
+  if k == 0:
+    return median, -np.inf, np.inf
+  return median, float(v[k - 1]), float(v[v.size - k])
+
+
+def _tied(v: np.ndarray) -> bool:
+  return v.size > 1 and bool(np.all(np.abs(v - v[0]) <= _tol(float(v[0]))))
+
+
+def estimate(values: np.ndarray, discrete: bool, level: float = LEVEL):
+  """(statistic, lo, hi, kind): the t-interval of the mean, or the sign-test interval of
+  the median for discrete or all-tied values; (NaN, NaN, NaN, kind) when a value is NaN."""
+  v = np.asarray(values, dtype=np.float64)
+  kind = "median" if discrete or (np.isfinite(v).all() and _tied(v)) else "mean"
+  if not np.isfinite(v).all():
+    return np.nan, np.nan, np.nan, kind
+  return (*(sign_interval(v, level) if kind == "median" else interval(v, level)), kind)
+
+
 def _fmt(x: float, signed: bool) -> str:
   if np.isnan(x):
     return "n/a"
@@ -217,8 +337,9 @@ def _fmt(x: float, signed: bool) -> str:
   return s.replace("-", "−")
 
 
-def _outcome(verdict, mean, lo, hi, n, signed) -> Outcome:
-  return Outcome(verdict, _fmt(mean, signed), f"[{_fmt(lo, signed)}, {_fmt(hi, signed)}]", n)
+def _outcome(verdict, mean, lo, hi, n, signed, kind="mean") -> Outcome:
+  return Outcome(verdict, _fmt(mean, signed), f"[{_fmt(lo, signed)}, {_fmt(hi, signed)}]", n,
+                 kind)
 
 
 def _paired(a: Metric, b: Metric, records) -> np.ndarray:
@@ -236,52 +357,79 @@ class _Paired:
   def runs(self):
     return (self.a.run, self.b.run)
 
-  def _described(self) -> str:
-    return f"mean paired difference over seeds, {self.a.describe()} − {self.b.describe()}"
+  def metrics(self):
+    return (self.a, self.b)
 
-  def _interval(self, records):
-    d = _paired(self.a, self.b, records)
-    return (*interval(d), d.size)
+  def _described(self, kind: str = "mean") -> str:
+    return f"{kind} paired difference over seeds, {self.a.describe()} − {self.b.describe()}"
+
+  def _sample(self, records) -> np.ndarray:
+    """The per-seed values the statistic is of."""
+    return _paired(self.a, self.b, records)
+
+  def _estimate(self, records, level):
+    d = self._sample(records)
+    discrete = any(m.is_discrete(records) for m in self.metrics())
+    return (*estimate(d, discrete, level), d.size)
 
 
 @dataclasses.dataclass(frozen=True)
 class Difference(_Paired):
   margin: float = 0.0
+  claimed: Optional[float] = None  # the paper's stated size, when above the margin
 
-  def statistic(self) -> str:
-    return f"{self._described()}; margin {self.margin:g}"
+  def __post_init__(self):
+    if self.margin < 0 or (self.claimed is not None and self.claimed < self.margin):
+      raise ValueError("a margin is at least 0, and a claimed size at least the margin")
 
-  def outcome(self, records) -> Outcome:
-    mean, lo, hi, n = self._interval(records)
-    if not np.isfinite(mean):
+  def size(self) -> float:
+    return self.margin if self.claimed is None else self.claimed
+
+  def statistic(self, kind: str = "mean") -> str:
+    out = f"{self._described(kind)}; margin {self.margin:g}"
+    if self.claimed is not None:
+      out += f"; the paper's size {self.claimed:g}"
+    return out
+
+  def outcome(self, records, level: float = LEVEL) -> Outcome:
+    stat, lo, hi, kind, n = self._estimate(records, level)
+    if not np.isfinite(stat):
       verdict = NOT_REPRODUCED
-    elif lo > 0 and mean >= self.margin:
-      verdict = REPRODUCED
-    elif hi < 0:
+    elif below(hi, 0.0):
       verdict = CONTRADICTED
-    elif mean > 0:
+    elif self.size() > 0 and below(hi, self.size()):
+      verdict = NOT_REPRODUCED  # smaller than claimed, whatever the sign
+    elif above(lo, self.size()):
+      verdict = REPRODUCED
+    elif above(stat, 0.0):
       verdict = DIRECTION_ONLY
     else:
       verdict = NOT_REPRODUCED
-    return _outcome(verdict, mean, lo, hi, n, True)
+    return _outcome(verdict, stat, lo, hi, n, True, kind)
 
 
 @dataclasses.dataclass(frozen=True)
 class Equivalent(_Paired):
   within: float = 0.0
 
-  def statistic(self) -> str:
-    return f"{self._described()}; equivalent within ±{self.within:g}"
+  def __post_init__(self):
+    if not self.within > 0:
+      raise ValueError("equivalence needs a tolerance above 0; an identity is an Exact check")
 
-  def outcome(self, records) -> Outcome:
-    mean, lo, hi, n = self._interval(records)
-    if -self.within <= lo and hi <= self.within:
+  def statistic(self, kind: str = "mean") -> str:
+    return f"{self._described(kind)}; equivalent within ±{self.within:g}"
+
+  def outcome(self, records, level: float = LEVEL) -> Outcome:
+    stat, lo, hi, kind, n = self._estimate(records, level)
+    if not np.isfinite(stat):
+      verdict = NOT_REPRODUCED
+    elif above(lo, -self.within) and below(hi, self.within):
       verdict = REPRODUCED
-    elif lo > self.within or hi < -self.within:
+    elif above(lo, self.within) or below(hi, -self.within):
       verdict = CONTRADICTED
     else:
       verdict = NOT_REPRODUCED
-    return _outcome(verdict, mean, lo, hi, n, True)
+    return _outcome(verdict, stat, lo, hi, n, True, kind)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -293,23 +441,29 @@ class AtLeast:
   def runs(self):
     return (self.a.run,)
 
-  def statistic(self) -> str:
-    return f"mean over seeds of {self.a.describe()} {'≥' if self.above else '≤'} {self.value:g}"
+  def metrics(self):
+    return (self.a,)
 
-  def outcome(self, records) -> Outcome:
+  def statistic(self, kind: str = "mean") -> str:
+    return f"{kind} over seeds of {self.a.describe()} {'≥' if self.above else '≤'} {self.value:g}"
+
+  def outcome(self, records, level: float = LEVEL) -> Outcome:
     v = self.a.values(records)
-    mean, lo, hi = interval(v)
-    sign = 1 if self.above else -1
+    stat, lo, hi, kind = estimate(v, self.a.is_discrete(records), level)
+    past = above if self.above else below    # on the claimed side of the value
+    short = below if self.above else above
     near, far = (lo, hi) if self.above else (hi, lo)
-    if sign * (near - self.value) >= 0:
+    if not np.isfinite(stat):
+      verdict = NOT_REPRODUCED
+    elif past(near, self.value):
       verdict = REPRODUCED
-    elif sign * (far - self.value) < 0:
+    elif short(far, self.value):
       verdict = CONTRADICTED
-    elif sign * (mean - self.value) >= 0:
+    elif past(stat, self.value):
       verdict = DIRECTION_ONLY
     else:
       verdict = NOT_REPRODUCED
-    return _outcome(verdict, mean, lo, hi, v.size, False)
+    return _outcome(verdict, stat, lo, hi, v.size, False, kind)
 
 
 def AtMost(a: Metric, value: float) -> AtLeast:  # noqa: N802 (a test, named as one)
@@ -317,9 +471,56 @@ def AtMost(a: Metric, value: float) -> AtLeast:  # noqa: N802 (a test, named as 
 
 
 @dataclasses.dataclass(frozen=True)
+class Exact:
+  """A deterministic property checked on every seed, without statistics: ``a`` minus ``b``
+  (paired per seed) or minus ``value`` is 0 (``relation`` "==", within `TIE_RTOL`) or above
+  0 (">", beyond it) on every seed: holds, else fails. For checks only (`Claim.check`)."""
+  a: Metric
+  b: Optional[Metric] = None
+  value: Optional[float] = None
+  relation: str = "=="
+
+  def __post_init__(self):
+    if (self.b is None) == (self.value is None) or self.relation not in ("==", ">"):
+      raise ValueError("Exact compares a with b or with a value, by '==' or '>'")
+
+  def runs(self):
+    return (self.a.run,) + ((self.b.run,) if self.b is not None else ())
+
+  def metrics(self):
+    return (self.a,) + ((self.b,) if self.b is not None else ())
+
+  def statistic(self, kind: str = "every seed") -> str:
+    del kind
+    other = self.b.describe() if self.b is not None else f"{self.value:g}"
+    rel = "equals" if self.relation == "==" else "exceeds"
+    return (f"on every seed, {self.a.describe()} {rel} {other} (within {TIE_RTOL:g} relative; "
+            "an exact check, no statistics)")
+
+  def outcome(self, records, level: float = LEVEL) -> Outcome:
+    del level  # no interval
+    if self.b is not None:
+      d, ref = _paired(self.a, self.b, records), self.b.values(records)
+    else:
+      d = self.a.values(records) - self.value
+      ref = np.full(d.shape, self.value)
+    if self.relation == "==":
+      ok = np.abs(d) <= np.array([_tol(float(r)) for r in ref])
+    else:
+      ok = np.array([above(float(x), float(r)) for x, r in zip(d + ref, ref)])
+    verdict = HOLDS if np.isfinite(d).all() and ok.all() else FAILS
+    shown = d if self.b is not None else d + self.value  # a difference, or a's own values
+    return _outcome(verdict, float(np.mean(shown)), float(np.min(shown)), float(np.max(shown)),
+                    d.size, self.b is not None, "every seed")
+
+
+@dataclasses.dataclass(frozen=True)
 class Claim:
   """One row of a report: the paper's statement and value, and either a test on our runs
-  or the reason it is not attempted."""
+  or the reason it is not attempted. With ``check`` (what kind: an identity, our
+  calibration, a check of an old report, a deterministic property, our own experiment) the
+  row is not a claim of the paper: the report shows it under Checks, outside the verdict
+  counts."""
   id: str
   statement: str               # the paper's claim, in its words or close to them
   paper: str                   # the paper's number(s), or "—"
@@ -327,16 +528,18 @@ class Claim:
   not_attempted: str = ""      # the reason, when there is no test
   section: str = ""
   note: str = ""               # prose: explains, never changes the verdict
+  check: str = ""
 
   def __post_init__(self):
     if (self.test is None) == (not self.not_attempted):
       raise ValueError(f"claim {self.id}: give a test or a not_attempted reason, not both")
+    if isinstance(self.test, Exact) and not self.check:
+      raise ValueError(f"claim {self.id}: an Exact test is a check (give its kind)")
 
-  def outcome(self, records) -> Outcome:
+  def outcome(self, records, level: float = LEVEL) -> Outcome:
     if self.test is None:
       return Outcome(NOT_ATTEMPTED, "—", "—", 0)
-    return self.test.outcome(records)
-
+    return self.test.outcome(records, level)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -348,21 +551,24 @@ class LargerGap(Difference):
   d: Optional[Metric] = None
 
   def __post_init__(self):
+    super().__post_init__()
     if self.c is None or self.d is None:
       raise ValueError("LargerGap needs the second gap's metrics c and d")
 
   def runs(self):
     return (self.a.run, self.b.run, self.c.run, self.d.run)
 
-  def _described(self) -> str:
-    return (f"mean over seeds of ({self.a.describe()} − {self.b.describe()}) − "
+  def metrics(self):
+    return (self.a, self.b, self.c, self.d)
+
+  def _described(self, kind: str = "mean") -> str:
+    return (f"{kind} over seeds of ({self.a.describe()} − {self.b.describe()}) − "
             f"({self.c.describe()} − {self.d.describe()}), paired per seed")
 
-  def _interval(self, records):
+  def _sample(self, records) -> np.ndarray:
     if list(records[self.a.run]["seeds"]) != list(records[self.c.run]["seeds"]):
       raise ValueError(f"{self.a.run} and {self.c.run} do not share seeds: no paired gaps")
-    d = _paired(self.a, self.b, records) - _paired(self.c, self.d, records)
-    return (*interval(d), d.size)
+    return _paired(self.a, self.b, records) - _paired(self.c, self.d, records)
 
 
 def smoothness(acc: np.ndarray) -> np.ndarray:
@@ -393,13 +599,12 @@ class Smoothness(Metric):
 @dataclasses.dataclass(frozen=True)
 class Relative(Difference):
   """The paper's "a exceeds b by a fraction of a" (e.g. rounds saved, relative): the mean
-  over seeds of (a − b)/a, paired per seed; the verdict as `Difference`'s, ``margin`` a
-  fraction."""
+  over seeds of (a − b)/a, paired per seed; the verdict as `Difference`'s, ``margin`` and
+  ``claimed`` fractions."""
 
-  def _described(self) -> str:
-    return (f"mean over seeds of ({self.a.describe()} − {self.b.describe()}) / "
+  def _described(self, kind: str = "mean") -> str:
+    return (f"{kind} over seeds of ({self.a.describe()} − {self.b.describe()}) / "
             f"({self.a.describe()}), paired per seed")
 
-  def _interval(self, records):
-    d = _paired(self.a, self.b, records) / self.a.values(records)
-    return (*interval(d), d.size)
+  def _sample(self, records) -> np.ndarray:
+    return _paired(self.a, self.b, records) / self.a.values(records)

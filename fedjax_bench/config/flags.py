@@ -280,7 +280,32 @@ def markdown() -> str:
       sweep = ((" Sweepable" + (f" (not by {', '.join(fixed)})" if fixed else "") + ".")
                if spec.sweep else "")
       lines.append(f"| `--{name}` | `{default}` | {who} | {text}{choices}{sweep} |")
-  return "\n".join(lines) + "\n"
+  return "\n".join(lines + _presets_markdown()) + "\n"
+
+
+def _presets_markdown() -> list[str]:
+  """The presets (`presets.PRESETS`): whom each applies to, what it sets and derives."""
+  lines = ["", "## Paper presets", "",
+           "A run whose algorithm and dataset match a preset takes its values for every flag "
+           "not given, then its rules, preset after preset in this order "
+           "([running.md](running.md#paper-settings-presets)). A preset from no paper is a rule "
+           "of ours.", "",
+           "| preset | what it is | applies to | sets | then |", "|---|---|---|---|---|"]
+  for p in presets.PRESETS.values():
+    who = [f"the {p.kind} algorithms"] if p.kind else []
+    who += [f"`{a}`" for a in p.algos]
+    where = (" on " + ", ".join(f"`{d}`" for d in p.datasets)) if p.datasets else \
+        " on every dataset"
+    sets = [f"`--{n}={v}`" for n, v in p.values.items()]
+    for name in dict.fromkeys(n for values in p.per_algo.values() for n in values):
+      sets.append(f"`--{name}` " + ", ".join(f"{values[name]} for {a}"
+                                               for a, values in p.per_algo.items()
+                                               if name in values))
+    rules = " ".join(" ".join(rule.__doc__.split()) for rule in p.rules)
+    lines.append(f"| `{p.name}` | {p.label() if p.citation else 'ours: ' + p.title} | "
+                 f"{', '.join(who)}{where} | "
+                 f"{' '.join(sets)} | {rules} |")
+  return lines
 
 
 

@@ -91,7 +91,7 @@ def _cache_paths(cache_dir: pathlib.Path, name: str, spec: ImageSpec) -> dict[st
 
 
 def _problem(a: dict[str, np.ndarray], spec: ImageSpec, suffix: str = "") -> str | None:
-  """What is wrong with the arrays (uint8 images of the spec's shape, as many integer
+  """What is wrong with the arrays (uint8 images of ``spec.image_shape``, as many integer
   labels in [0, num_classes)), or None; ``suffix`` follows the arrays' names."""
   for split, n in (("train", spec.num_train), ("test", spec.num_test)):
     x, y = a[f"{split}_x"], a[f"{split}_y"]

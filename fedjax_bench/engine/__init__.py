@@ -33,10 +33,6 @@ from fedjax_bench.output.results import History
 from fedjax_bench.task import run_data as run_data_lib
 from fedjax_bench.task.task import Task
 
-# Whether `run` shards client states over the mesh's "clients" axis (False: replicated on
-# every device of that axis, as before; benchmarks/speed/sharded_state.py compares the two).
-SHARD_CLIENT_STATE = True
-
 # build(hp) -> FederatedAlgorithm; with per-run data (`run(..., run_data=)`),
 # build(hp, one run's RunData).
 Builder = Callable[..., FederatedAlgorithm]
@@ -70,7 +66,7 @@ class Checkpointing:
   block; what is saved is unchanged, so resuming stays bit-identical. 0 (also with several
   processes): every due save is written. The defaults are `RunSettings`'s.
 
-  A checkpoint also records `data_digest` (the data's, `api.data_digest`) and the device
+  A checkpoint also records `data_digest` (the data's, `run_dir.data_digest`) and the device
   layout (backend, devices of the run's mesh); a resume on other data or another layout,
   whose numbers would follow another trajectory, is refused. `on_history(history)` is
   called after every evaluation with the history so far (TensorBoard's event files).
@@ -207,7 +203,8 @@ def run(build: Builder, task: Task, hparams: dict, *, seeds: list[int], rounds: 
         eval_every: int, grid: Optional[list[dict]] = None,
         on_eval: Optional[Callable[[Progress], None]] = None, devices=None,
         checkpoint: Optional[Checkpointing] = None,
-        run_data: Optional[run_data_lib.RunData] = None) -> RunOutput:
+        run_data: Optional[run_data_lib.RunData] = None,
+        shard_client_state: bool = True) -> RunOutput:
   """Runs rounds 1..`rounds`, evaluating at round 0, every `eval_every` rounds and at the end.
 
   `grid` is a list of {hparam: value} points varied in one program; their values
@@ -216,6 +213,10 @@ def run(build: Builder, task: Task, hparams: dict, *, seeds: list[int], rounds: 
   `run_data` (--data_per_seed): each seed's own data and world, rows in the order of
   `seeds`; every run gets its seed's row, is built as ``build(hp, row)`` and evaluated
   on ``task.for_run(row.task)``. A task holding per-seed views needs it.
+
+  `shard_client_state`: the client states are sharded over the mesh's "clients" axis;
+  False replicates them on every device of that axis (benchmarks/speed/sharded_state.py
+  compares the two).
 
   Divergence: a run whose server parameters (checked every round) or evaluated losses
   become non-finite is recorded with the round
@@ -278,7 +279,7 @@ def run(build: Builder, task: Task, hparams: dict, *, seeds: list[int], rounds: 
   # The client states are sharded over the mesh's "clients" axis (their population N
   # comes from the shapes of an unsharded init).
   whole = jax.eval_shape(over_runs(init_one, sharding, init=True), swept, seed_keys, *extra)
-  num_clients = client_count(whole[1]) if SHARD_CLIENT_STATE else None
+  num_clients = client_count(whole[1]) if shard_client_state else None
   specs = state_specs(num_clients)
   shard = lambda tree: jax.tree.map(lambda p: NamedSharding(sharding.mesh, p), tree)
   state_sharding = shard(specs)

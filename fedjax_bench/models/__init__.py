@@ -2,12 +2,14 @@
 
 Every model is called as ``model.apply(variables, x, train=False)`` on a batch of
 examples in their feature shape (images as float32 in [0, 1], NHWC). ``train=True``
-only matters for models with dropout (cnn_cinic10, cnn_mnist), which then need a "dropout" rng.
+only matters for models with dropout (fedawe_cnn_cinic10, fedef_cnn), which then need a
+"dropout" rng. The papers' CNNs are one module configured per paper (`cnn.PAPER_CNNS`),
+named by the paper they come from; ``aliases`` are other names ``--model`` takes for one.
 ``linear`` is a linear map without bias and with zero initial weights, for least-squares
 toys (``loss_type="squared_error"``, ``num_classes`` = the number of outputs, 1 there).
 Sequence models (``Model.tokens``: char_lstm) read token ids (`data.federated.is_tokens`);
-their modules are imported only when chosen. Every model is one `register` line below, as
-every algorithm is in `fedjax_bench.algorithms`.
+their modules are imported only when chosen. Every model is one `register` line below (the
+CNNs one line for all), as every algorithm is in `fedjax_bench.algorithms`.
 """
 
 import dataclasses
@@ -18,11 +20,8 @@ from flax import linen as nn
 
 from fedjax_bench.data.federated import is_tokens
 from fedjax_bench.errors import UsageError
-from fedjax_bench.models import small_cnn
-from fedjax_bench.models.cnn import CNN
+from fedjax_bench.models.cnn import CNN, PAPER_CNNS
 from fedjax_bench.models.dense import MLP, Linear, LogReg
-from fedjax_bench.models.mnist_cnn import MnistCNN
-from fedjax_bench.models.paper_cnn import PaperCNN
 from fedjax_bench.models.preprocess import as_normalize
 
 
@@ -41,17 +40,21 @@ class Model:
   bias: bool = False        # takes the bias option
   normalizes: bool = True   # takes the dataset's input normalization
   hidden: bool = False      # reads --mlp_hidden
+  aliases: tuple[str, ...] = ()  # other --model names for it (a run records ``name``)
 
 
-MODELS_BY_NAME: dict[str, Model] = {}
+MODELS_BY_NAME: dict[str, Model] = {}  # by name and by alias
 
 
-def register(name: str, build, **capabilities) -> Model:
-  """Makes ``build`` the model ``--model=name`` (see `Model` for ``capabilities``)."""
-  if name in MODELS_BY_NAME:
-    raise ValueError(f"model {name!r} is registered twice")
-  MODELS_BY_NAME[name] = Model(name, build, **capabilities)
-  return MODELS_BY_NAME[name]
+def register(name: str, build, *, aliases=(), **capabilities) -> Model:
+  """Makes ``build`` the model ``--model=name``, also taken as each of ``aliases`` (see
+  `Model` for ``capabilities``)."""
+  model = Model(name, build, aliases=tuple(aliases), **capabilities)
+  for key in (name, *model.aliases):
+    if key in MODELS_BY_NAME:
+      raise ValueError(f"model {key!r} is registered twice")
+  MODELS_BY_NAME.update(dict.fromkeys((name, *model.aliases), model))
+  return model
 
 
 register("logreg", lambda n, normalize, zero_init, bias: LogReg(
@@ -59,20 +62,21 @@ register("logreg", lambda n, normalize, zero_init, bias: LogReg(
          zero_init=True, bias=True)
 register("mlp", lambda n, normalize, mlp_hidden: MLP(tuple(mlp_hidden), n, normalize=normalize),
          hidden=True)
-register("cnn", lambda n, normalize: CNN(n, normalize=normalize), image=True)
-for _name in small_cnn.CONFIGS:
-  register(_name, lambda n, normalize, _name=_name: small_cnn.make(_name, n, normalize),
-           image=True)
-register("cnn_mnist", lambda n, normalize: MnistCNN(n, normalize=normalize), image=True)
 register("linear", lambda n, zero_init, bias: Linear(n, bias=bool(bias)), zero_init=True,
          bias=True, normalizes=False)
-# The FedSoftMax paper's CNN (its §3.1, Table 2).
-register("paper_cnn", lambda n, normalize: PaperCNN(n, hidden_fc=0, normalize=normalize),
-         image=True)
-register("paper_cnn_literal", lambda n, normalize: PaperCNN(n, hidden_fc=1600,
-                                                            normalize=normalize), image=True)
+# The papers' CNNs (`cnn.PAPER_CNNS` says whose each is), and the names the shipped
+# flagfiles and presets give them.
+CNN_ALIASES = {"fedavg_cnn": ("cnn",), "fedawe_cnn_svhn": ("cnn_svhn",),
+               "fedawe_cnn_cifar10": ("cnn_cifar10",), "fedawe_cnn_cinic10": ("cnn_cinic10",),
+               "fedef_cnn": ("cnn_mnist",), "fedsoftmax_cnn": ("paper_cnn",),
+               "fedsoftmax_cnn_literal": ("paper_cnn_literal",)}
+for _name, _config in PAPER_CNNS.items():
+  register(_name, lambda n, normalize, _config=_config: CNN(_config, n, normalize=normalize),
+           image=True, aliases=CNN_ALIASES.get(_name, ()))
 register("char_lstm", "fedjax_bench.models.char_lstm:build", tokens=True, normalizes=False)
-MODELS = tuple(MODELS_BY_NAME)  # the valid --model values
+# The valid --model values: the names, then the aliases.
+MODELS = tuple(n for n, m in MODELS_BY_NAME.items() if n == m.name) + tuple(
+    n for n, m in MODELS_BY_NAME.items() if n != m.name)
 
 
 def make(name: str, *, num_classes: int, is_image: bool,
@@ -96,7 +100,7 @@ def make(name: str, *, num_classes: int, is_image: bool,
     return getattr(importlib.import_module(module), function)(
         num_classes=num_classes, dataset=dataset, settings=settings)
   if dataset is not None and is_tokens(dataset.train.x):
-    tokens = ", ".join(m.name for m in MODELS_BY_NAME.values() if m.tokens)
+    tokens = ", ".join(n for n, m in MODELS_BY_NAME.items() if m.tokens)
     raise UsageError(f"--dataset={dataset.name} holds token sequences; its model is one of "
                      f"{tokens}, not --model={name}")
   norm = _normalize(normalize)

@@ -8,7 +8,11 @@ WIDTHS = Check(lambda v: all(0 < w <= INT32[1] for w in v), f"must be widths in 
 
 @section("model and objective")
 class ModelSettings:
-  model: str = setting("logreg", "Model.", choices=models_lib.MODELS)
+  model: str = setting("logreg", "Model (docs/models.md). Aliases: " + ", ".join(
+      f"{alias} = {model.name}" for alias, model in models_lib.MODELS_BY_NAME.items()
+      if alias != model.name) + ".", choices=models_lib.MODELS, aliases={
+          alias: model.name for alias, model in models_lib.MODELS_BY_NAME.items()
+          if alias != model.name})
   mlp_hidden: tuple = setting((200, 200), "Hidden widths of --model=mlp.", check=WIDTHS)
   zero_init: bool = setting(False, "Start from all-zero weights (--model=logreg only; the "
                             "FedAWE CPU experiment (toyfl); the default of the asynchronous "

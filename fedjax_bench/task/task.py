@@ -1,4 +1,5 @@
-"""A task binds a model to federated data: loss, parameter init and central evaluation."""
+"""The task: a model bound to federated data (loss, parameter init, central evaluation),
+the views a run takes of it, and its known optimum."""
 
 import dataclasses
 import inspect
@@ -11,7 +12,9 @@ import optax
 from flax import linen as nn
 
 from fedjax_bench.data import augment
-from fedjax_bench.data.federated import Dataset, pixels_to_float
+from fedjax_bench.data.federated import pixels_to_float
+from fedjax_bench.task.evaluation import (_chunked, _divide, _mean_loss_and_accuracy,
+                                          _optimum_metrics, _over_clients)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -248,29 +251,6 @@ class Task:
     return sum(jnp.sum(jnp.square(g)) for g in jax.tree.leaves(grad))
 
 
-def _over_clients(acc, has, tail: int, prefix: str) -> dict:
-  n = jnp.maximum(jnp.sum(has), 1)
-  mean = jnp.sum(jnp.where(has, acc, 0.0)) / n
-  std = jnp.sqrt(jnp.sum(jnp.where(has, jnp.square(acc - mean), 0.0)) / n)
-  ranked = jnp.sort(jnp.where(has, acc, jnp.inf))
-  worst = jnp.mean(ranked[:tail])
-  best = jnp.mean(jnp.sort(jnp.where(has, acc, -jnp.inf))[-tail:])
-  return {prefix + "_accuracy": mean, prefix + "_accuracy_std": std,
-          prefix + "_accuracy_worst10": worst, prefix + "_accuracy_best10": best}
-
-
-def client_test_table(data) -> ClientTest:
-  """`ClientTest` of held-out data (a `FederatedData`, data/holdout.py)."""
-  counts = np.asarray(data.counts)
-  width = max(int(counts.max(initial=0)), 1)
-  cols = np.arange(width)
-  valid = cols[None, :] < counts[:, None]
-  rows = np.where(valid, np.asarray(data.offsets)[:, None] + cols[None, :], 0)
-  flat = lambda a: jnp.asarray(a.reshape(a.shape[0], -1))
-  return ClientTest(flat(data.x), jnp.asarray(data.y), jnp.asarray(rows, jnp.int32),
-                    jnp.asarray(valid), max(int(np.ceil(0.1 * np.sum(counts > 0))), 1))
-
-
 def with_optimum(task: Task, optimum: Optimum | None) -> Task:
   """``task`` knowing its optimum; its train_loss is then scored on all training
   examples, whatever ``train_eval_examples`` was, since the gap needs f itself."""
@@ -279,191 +259,6 @@ def with_optimum(task: Task, optimum: Optimum | None) -> Task:
   return dataclasses.replace(task, optimum=optimum, train_eval_x=task.x, train_eval_y=task.y)
 
 
-def _optimum_metrics(optimum: Optimum, params, train_loss) -> dict:
-  out = {"optimality_gap": train_loss - optimum.f_star}
-  if optimum.params is None:
-    return out
-  # θ* is float64 on the host: cast to the parameters' dtype, so that float64 runs
-  # (jax_enable_x64) resolve distances far below float32's rounding of θ*.
-  diff = jax.tree.map(lambda p, s: p - jnp.asarray(s, p.dtype), params, optimum.params)
-  out["dist_sq"] = sum(jnp.sum(jnp.square(d)) for d in jax.tree.leaves(diff))
-  norm_sq = float(sum(np.sum(np.square(s)) for s in jax.tree.leaves(optimum.params)))
-  if norm_sq > 0:
-    out["rel_dist_sq"] = out["dist_sq"] / norm_sq
-  return out
-
-
 def _has_train_mode(model: nn.Module) -> bool:
   """Whether the model's __call__ takes ``train`` (dropout); plain flax layers do not."""
   return "train" in inspect.signature(type(model).__call__).parameters
-
-
-def _chunked(task: Task, x, y, rows=None, count=None):
-  """(chunks, read): the examples ``x[rows]`` (x itself when rows is None) zero-padded to
-  whole chunks of ``eval_chunk``, reshaped [chunks, chunk, ...], and ``read(chunk) ->
-  (x, y, weights)``; padding rows weigh 0, and so do rows from ``count`` on. With
-  ``rows`` each chunk is gathered when it is read, so the set is never copied whole."""
-  n = x.shape[0] if rows is None else rows.shape[0]
-  chunk = min(task.eval_chunk, n)
-  pad = (-n) % chunk
-  real = jnp.ones(n) if count is None else (jnp.arange(n) < count).astype(jnp.float32)
-  w = jnp.concatenate([real, jnp.zeros(pad)])
-  shape = lambda a: a.reshape((-1, chunk) + a.shape[1:])
-  if rows is not None:
-    rp = jnp.concatenate([rows, jnp.zeros(pad, rows.dtype)])
-    return (shape(rp), shape(w)), lambda b: (x[b[0]], y[b[0]], b[1])
-  xp = jnp.concatenate([x, jnp.zeros((pad,) + x.shape[1:], x.dtype)])
-  yp = jnp.concatenate([y, jnp.zeros(pad, y.dtype)])
-  return (shape(xp), shape(yp), shape(w)), lambda b: b
-
-
-def _mean_loss_and_accuracy(task: Task, params, x, y, rows=None, count=None):
-  """Scores ``x[rows]`` (x when rows is None) in chunks of ``eval_chunk`` examples to
-  bound memory; only the first ``count`` rows (default: all) count."""
-  n = (x.shape[0] if rows is None else rows.shape[0]) if count is None else count
-  chunks, read = _chunked(task, x, y, rows, count)
-
-  def one(batch):
-    xb, yb, wb = read(batch)
-    outputs = task.logits(params, xb)
-    correct = (jnp.argmax(outputs, -1) == yb if task.loss_type == "cross_entropy"
-               else jnp.full(yb.shape, jnp.nan))
-    return jnp.sum(wb * task.pointwise_loss(outputs, yb)), jnp.sum(wb * correct)
-
-  loss_sum, correct = jax.lax.map(one, chunks)
-  return _divide(jnp.sum(loss_sum), n), _divide(jnp.sum(correct), n)
-
-
-def _divide(total, n):
-  """total / n. XLA compiles a division by a constant n as a multiplication by its
-  float32 reciprocal, so a run's traced count (a view's) multiplies by 1/n too: the
-  same numbers as a task built for that run alone."""
-  if isinstance(n, int):
-    return total / n
-  return total * (1.0 / jnp.asarray(n, jnp.float32))
-
-
-def make_task(dataset: Dataset, model: nn.Module, *, train_eval_examples: int = 10000,
-              eval_seed: int = 0, loss_type: str = "cross_entropy",
-              augment: bool = True, augment_batchwise: bool = False,
-              eval_grad_norm: bool = False, l2: float = 0.0,
-              optimum: Optimum | None = None) -> Task:
-  """``train_eval_examples`` > 0 scores `train_loss` on a fixed random subset of that size
-  (ignored with an ``optimum``: see `with_optimum`).
-
-  With ``loss_type="squared_error"`` labels are float targets and accuracy is NaN.
-  ``augment``: apply the dataset's training augmentation (``dataset.augmentation``).
-  ``l2``: the penalty (l2/2)||params||² in the training loss and in train_loss.
-  ``optimum``: see `with_optimum` (task/optimum.py computes one).
-  With priority clients (``dataset.priority``), train_loss is scored on their examples.
-  """
-  options = _task_options(dataset, loss_type=loss_type, augment=augment,
-                          augment_batchwise=augment_batchwise, eval_grad_norm=eval_grad_norm,
-                          l2=l2)
-  t = dataset.train
-  if t.num_examples == 0:
-    raise ValueError("the training set is empty")
-  idx = np.arange(t.num_examples)
-  if dataset.priority is not None:  # the union of the priority clients' examples
-    idx = np.concatenate([np.arange(o, o + c) for o, c, p in
-                          zip(t.offsets, t.counts, dataset.priority) if p]).astype(np.int64)
-  if 0 < train_eval_examples < len(idx):
-    idx = np.sort(np.random.default_rng(eval_seed).choice(
-        idx, train_eval_examples, replace=False))
-  flat = lambda a: jnp.asarray(a.reshape(a.shape[0], -1))
-  task = Task(
-      model=model, x=flat(t.x), y=jnp.asarray(t.y),
-      offsets=jnp.asarray(t.offsets), counts=jnp.asarray(t.counts),
-      test_x=flat(dataset.test_x), test_y=jnp.asarray(dataset.test_y),
-      train_eval_x=flat(t.x[idx]), train_eval_y=jnp.asarray(t.y[idx]),
-      num_classes=dataset.num_classes, feature_shape=tuple(t.x.shape[1:]),
-      max_count=max(int(t.counts.max()), 1), **options,
-      priority=None if dataset.priority is None else jnp.asarray(dataset.priority),
-      aligned=None if dataset.aligned is None else jnp.asarray(dataset.aligned),
-      num_priority=0 if dataset.priority is None else int(np.sum(dataset.priority)),
-      client_test=None if dataset.client_test is None else client_test_table(dataset.client_test))
-  return task if optimum is None else with_optimum(task, optimum)
-
-
-def make_stream_task(stream, model: nn.Module, *, eval_chunk: int = 2048) -> Task:
-  """A task over clients generated on demand (`data/stream.Stream`): nothing per client is
-  stored but its size."""
-  n = stream.num_clients
-  return Task(
-      model=model, x=jnp.zeros((1, stream.dim), jnp.float32), y=jnp.zeros(1, jnp.int32),
-      offsets=jnp.zeros(n, jnp.int32), counts=jnp.asarray(stream.counts),
-      test_x=jnp.asarray(stream.test_x), test_y=jnp.asarray(stream.test_y),
-      train_eval_x=jnp.asarray(stream.train_eval_x),
-      train_eval_y=jnp.asarray(stream.train_eval_y), num_classes=stream.num_classes,
-      feature_shape=(stream.dim,), max_count=int(stream.counts.max()), eval_chunk=eval_chunk,
-      example_fn=stream.example_fn)
-
-
-def make_per_seed_task(per_seed, model: nn.Module, *, train_eval_examples: int = 10000,
-                       eval_seed: int = 0, **kwargs) -> tuple[Task, TaskView]:
-  """One task over the pooled examples of ``per_seed`` (`data.per_seed.PerSeed`) and the
-  views of its seeds, stacked (seed axis first, NumPy): seed k's run scores what
-  `make_task` on seed k's dataset would score (the same train_loss subset, drawn with
-  ``eval_seed`` over its own rows, and its test set). The task itself is seed 0's view
-  (for shape checks), with static bounds (``max_count``) over all seeds. ``kwargs``:
-  `make_task`'s."""
-  pool = per_seed.pool
-  n = per_seed.num_clients
-  roles = per_seed.layouts[0].priority is not None
-  if len({-1 if layout.priority is None else int(np.sum(layout.priority))
-          for layout in per_seed.layouts}) > 1:
-    raise ValueError("every seed needs as many priority clients")
-  views = []
-  for layout in per_seed.layouts:
-    idx = np.arange(len(layout.index))
-    if roles:  # the union of the priority clients' examples, as make_task
-      idx = np.concatenate([np.arange(o, o + c) for o, c, p in
-                            zip(layout.offsets, layout.counts, layout.priority) if p])
-    if 0 < train_eval_examples < len(idx):
-      idx = np.sort(np.random.default_rng(eval_seed).choice(
-          idx, train_eval_examples, replace=False))
-    owner = np.repeat(np.arange(n, dtype=np.int32), layout.counts)
-    test = (None, None) if layout.test_index is None else (layout.test_index,
-                                                           len(layout.test_index))
-    views.append(TaskView(layout.index, layout.offsets, layout.counts, owner,
-                          layout.index[idx], len(idx), *test))
-  stacked = TaskView(*(None if field[0] is None else _stack_padded(field, pad)
-                       for field, pad in zip(zip(*views), (0, 0, 0, n, 0, 0, 0, 0))))
-  if roles:
-    stacked = stacked._replace(
-        priority=np.stack([layout.priority for layout in per_seed.layouts]).astype(bool),
-        aligned=np.stack([layout.aligned for layout in per_seed.layouts]).astype(bool),
-        local_client=np.array([layout.local_client for layout in per_seed.layouts], np.int32))
-  flat = lambda a: jnp.asarray(a.reshape(a.shape[0], -1))
-  x, y = flat(pool.train.x), jnp.asarray(pool.train.y)
-  first = per_seed.layouts[0]
-  task = Task(
-      model=model, x=x, y=y, offsets=jnp.asarray(first.offsets), counts=jnp.asarray(first.counts),
-      test_x=flat(pool.test_x), test_y=jnp.asarray(pool.test_y),
-      train_eval_x=x, train_eval_y=y,  # unused: every run reads its view's rows
-      num_classes=pool.num_classes, feature_shape=tuple(pool.train.x.shape[1:]),
-      max_count=max(max(int(layout.counts.max()) for layout in per_seed.layouts), 1),
-      num_priority=int(np.sum(first.priority)) if roles else 0,
-      **_task_options(pool, **kwargs))
-  return task.for_run(jax.tree.map(lambda a: jnp.asarray(a[0]), stacked)), stacked
-
-
-def _task_options(dataset: Dataset, *, loss_type: str = "cross_entropy", augment: bool = True,
-                  augment_batchwise: bool = False, eval_grad_norm: bool = False,
-                  l2: float = 0.0) -> dict:
-  if l2 < 0:
-    raise ValueError(f"l2 must be >= 0, got {l2}")
-  return dict(loss_type=loss_type,
-              augmentation=getattr(dataset, "augmentation", "none") if augment else "none",
-              augment_batchwise=augment_batchwise, eval_grad_norm=eval_grad_norm, l2=float(l2))
-
-
-def _stack_padded(values, pad) -> np.ndarray:
-  """Seed-wise values stacked on a new first axis, 1-D ones padded with ``pad`` to the
-  longest; int32."""
-  arrays = [np.asarray(v) for v in values]
-  if arrays[0].ndim == 0:
-    return np.stack(arrays).astype(np.int32)
-  width = max(a.shape[0] for a in arrays)
-  return np.stack([np.pad(a, (0, width - a.shape[0]), constant_values=pad)
-                   for a in arrays]).astype(np.int32)

@@ -20,12 +20,12 @@ from fedjax_bench.algorithms import fedavg
 
 def stream_setup():
   from fedjax_bench import models
-  from fedjax_bench.task import task as task_lib
+  from fedjax_bench.task.build import make_stream_task
   from fedjax_bench.data import stream
   from fedjax_bench.sim import participation, world as world_lib
   n = 100_000
   s = stream.leaf_stream(n, seed=0, num_test=500, num_train_eval=500)
-  task = task_lib.make_stream_task(s, models.make("logreg", num_classes=10, is_image=False))
+  task = make_stream_task(s, models.make("logreg", num_classes=10, is_image=False))
   world = world_lib.make(participation.uniform_sparse(n, 8), np.full(n, 3, np.int32))
   return task, world
 
