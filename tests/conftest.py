@@ -35,10 +35,10 @@ def pytest_xdist_auto_num_workers(config):
 
 
 def device_probe(script, out, devices: int, *args, timeout=300):
-  """Runs ``script OUT ARGS`` on ``devices`` forced CPU devices; np.load of OUT. tests/ is
-  on the script's PYTHONPATH (probes import conftest's and test modules' setups)."""
+  """Runs ``script OUT ARGS`` on ``devices`` forced CPU devices; np.load of OUT. The
+  repository is on the script's PYTHONPATH (probes import `tests.conftest` and test modules)."""
   import subprocess
-  path = os.pathsep.join(p for p in (str(REPO / "tests"), os.environ.get("PYTHONPATH")) if p)
+  path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
   env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
              JAX_PLATFORMS="cpu", PYTHONPATH=path)
   subprocess.run([sys.executable, str(script), str(out), *args], check=True, env=env,

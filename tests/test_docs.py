@@ -7,7 +7,7 @@ whose files are generated or local):
    repository, and its anchor to a heading of the target (GitHub's slugs);
 2. every code name cited in backticks that points into the package resolves:
    - a path (`fedjax_bench/core/local.py`, `core/local.py`, `claims/store.py`,
-     `tests/test_keys.py`, `results/speed/`) exists, relative to the repository root or to
+     `tests/core/test_keys.py`, `results/speed/`) exists, relative to the repository root or to
      the package; a bare file name (`compile_cache.py`) exists somewhere under
      fedjax_bench/, benchmarks/ or tests/;
    - a dotted name whose first part is a module of the package (`rounds.static`,
@@ -406,7 +406,7 @@ def test_the_checks_catch_names_that_do_not_exist():
   gone = ["rounds.static_int", "experiment.check_sweepable", "cli.parse_sweep",
           "experiment.HETERO_AGG_DEFAULTS", "experiment.ASYNC_LR", "core/rounds.static_int",
           "fedjax_bench/core/nothing.py", "core/nothing.py", "claims.store.no_such_key",
-          "Task.no_such_method", "test_no_such_test_here", "tests/test_keys.py::test_nothing"]
+          "Task.no_such_method", "test_no_such_test_here", "tests/core/test_keys.py::test_nothing"]
   text = "\n".join(f"See `{name}` and `{name}(x, y)`." for name in gone)
   problems = name_problems("x.md", text)
   for name in gone:
@@ -427,7 +427,7 @@ Names: `rounds.static`, `claims.store.config_key`, `store.config_key`, `core/loc
 `fedjax_bench/core/local.py`, `local.train_cohort(task, world)`, `compile_cache.py`,
 `algorithms/asynchronous.Method(init, ingest, aggregate)`, `Task.for_run`, `ServerState.aux`,
 `presets.HETERO_AGG_MNIST`, `fedjax_bench.run(algo=...)`, `results/speed/`,
-`tests/test_keys.py`, `algorithms/NAME.py`, `results/PAPER/REPORT.md`, `config.json`,
+`tests/core/test_keys.py`, `algorithms/NAME.py`, `results/PAPER/REPORT.md`, `config.json`,
 `jax.random`, `np.savez`, `tf.keras.optimizers.Adam`, `--client_lr`, `--noerror_feedback`,
 `--FLAG=VALUE`, `--xla_cpu_use_thunk_runtime=false`, `python benchmarks/claims.py --verify`,
 a sum of `x_i - x_t`, `e.g.`, `sgd` with lr 1.

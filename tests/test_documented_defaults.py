@@ -14,12 +14,13 @@ import re
 
 import pytest
 
-from conftest import REPO
+from tests.conftest import REPO
 from fedjax_bench import algorithms, config
 
 # The asynchronous algorithms' preset evaluates about 20 times a run (--rounds / 20), a
 # value derived from --rounds that docs/FLAGS.md's eval_every row does not state.
-DERIVED = {("eval_every", a) for a in algorithms.of_kind(algorithms.ASYNCHRONOUS)}
+DERIVED = {("eval_every", n) for n, a in algorithms.ALGORITHMS.items()
+           if a.kind == algorithms.ASYNCHRONOUS}
 VALUE = r"`?([A-Za-z0-9_.+-]+)`?(?=[\s;,)])"
 
 

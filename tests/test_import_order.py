@@ -4,7 +4,7 @@ layers below it (docs/design.md). Parsed from the sources, no import is executed
 import ast
 from pathlib import Path
 
-from conftest import REPO
+from tests.conftest import REPO
 
 PACKAGE = REPO / "fedjax_bench"
 # Lowest first. A top-level unit of the package (a subpackage or a module) by its name.

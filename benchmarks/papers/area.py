@@ -502,14 +502,14 @@ def claims():
             not_attempted="an illustration of a proof step", section=s),
       Claim("Thm8", "Theorem 8: ρ(A) < 1; server error ≤ [A^k U0] + ασ²/γ̄; exact linear "
             "convergence with σ = 0", "—", not_attempted="a theorem: its matrix, the corrected "
-            "(I − A)^-1 and the bound are checked by tests/test_async_claims.py::"
+            "(I − A)^-1 and the bound are checked by tests/claims/test_async_claims.py::"
             "test_theorem8_matrix_and_its_corrected_inverse and ::test_theorem8_bound_holds_"
             "for_the_iterate_form_with_poisson_aggregation; exact convergence under heavy-"
             "tailed delays by ::test_area_converges_exactly_under_heavy_tailed_delays",
             section=s),
       Claim("Eq4", "Eq. (4): every aggregation sets x_s to the mean of the latest local "
             "models of all clients", "—", not_attempted="an identity: checked by tests/"
-            "test_async_reference.py::test_area_invariant_x_plus_u_is_the_mean_of_the_client_"
+            "algorithms/test_async_reference.py::test_area_invariant_x_plus_u_is_the_mean_of_the_client_"
             "memories", section=s),
       Claim("Thm10", "Theorem 10: convex non-smooth, diminishing α: O(1/√T) with the average "
             "of 1/p_i", "—", not_attempted="a rate bound; no experiment in the paper and none "
@@ -521,7 +521,7 @@ def claims():
             check="our own experiment"),
       Claim("E5", "Our E5: two clients, rates (9, 1): AREA and MIFA find x* = 0, FedBuff and "
             "AS-FedAvg the rate-weighted 0.8", "our calibration", not_attempted="rates (9, 1) "
-            "are not a --async_rates choice (uniform, normal); checked by tests/"
+            "are not a --async_rates choice (uniform, normal); checked by tests/claims/"
             "test_async_claims.py::test_two_client_bias_e5 (default suite)", section=s,
             check="our calibration"),
   ]

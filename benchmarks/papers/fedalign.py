@@ -351,7 +351,7 @@ Fig. 6's E = 3 panel uses 9 priority clients as the paper's EMNIST panel. The Fe
 runs use a real proximal gradient (μ = 1); the authors' code computes the term without a
 gradient (docs/papers/fedalign.md), so their Fig. 4 is FedAvg with 4 priority clients.
 
-ε = 0 and ε > 1 are also tested bit for bit on every round by `tests/test_fedalign.py`;
+ε = 0 and ε > 1 are also tested bit for bit on every round by `tests/algorithms/test_fedalign.py`;
 the T7 checks test it on the committed runs.
 
 Fig. 2's free clients follow our reconstruction of an unpublished generator

@@ -169,7 +169,7 @@ def claims():
   out += [
       Claim("Ex1", "Example 1 / Fig. 2: FedAvg over active clients is biased unless p1 = p2",
             "closed form", not_attempted="a closed-form example, not a run: checked exactly "
-            "by tests/test_unavailability_toys.py", section=other),
+            "by tests/algorithms/test_unavailability_toys.py", section=other),
       Claim("F7-mifa", "Fig. 7: under sine FedAWE ends above MIFA (SVHN; MIFA above on "
             "CIFAR-10 and CINIC-10)", "SVHN 85.6 vs 84.1%", not_attempted="the paper's "
             "direction depends on the dataset (FedAWE ahead on SVHN, MIFA on CIFAR-10 and "
@@ -328,11 +328,11 @@ FedAvg-active (the stale local models Table 8 describes) and its averaged model 
 oscillating at round 200.
 
 The paper's analysis is checked exactly by the default test suite, not by runs:
-Example 1's biased fixed points and FedAWE's unbiased x̄ (`tests/test_unavailability_toys.py`),
+Example 1's biased fixed points and FedAWE's unbiased x̄ (`tests/algorithms/test_unavailability_toys.py`),
 the periodic orbit under sine availability, the five-client values,
 the instability without the clip, Prop. 1, Lemma 2, Eq. 4 and Lemma 4, and
 every algorithm against an independent NumPy transcription of its pseudocode
-(`tests/test_unavailability_algorithms.py`). The server-aggregate values for s = 10 that our
+(`tests/algorithms/test_unavailability_algorithms.py`). The server-aggregate values for s = 10 that our
 reconstruction expected (67.048, 56.767) did not reproduce: we and a 512-seed NumPy simulation get
 66.61 and
 56.35.""")

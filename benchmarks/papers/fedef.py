@@ -319,15 +319,15 @@ def figure_claims():
   out += [
       Claim("S6-two-way", "Section 6: two-way compressed Fed-EF has the one-way rate",
             "theory only", not_attempted="no experiment in the paper; the implementation "
-            "is checked exactly by tests/test_fedef.py (its virtual sequence, Section 6)",
+            "is checked exactly by tests/algorithms/test_fedef.py (its virtual sequence, Section 6)",
             section=other),
       Claim("spec-C", "C1-C5, C7 of our digits-like CPU experiment, docs/papers/fedef.md (EF fixes "
             "Sign and TopK-0.01, matches full precision, Stoc matches, AMSGrad keeps the "
             "ordering)", "our calibration",
             not_attempted="its data (8×8 mean-pooled MNIST, 3,000 examples, 20 clients) is "
             "not a dataset of the runner; checked by the slow test "
-            "tests/test_fedef_claims.py; C6 (exact bits) by tests/test_fedef.py and "
-            "tests/test_compression.py", section=other, check="our calibration"),
+            "tests/claims/test_fedef_claims.py; C6 (exact bits) by tests/algorithms/test_fedef.py and "
+            "tests/algorithms/test_compression.py", section=other, check="our calibration"),
   ]
   return out
 

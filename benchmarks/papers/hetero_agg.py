@@ -106,7 +106,7 @@ def claims():
   out.append(Claim(
       "T3-paper", "Table 3's R90 values and CIs with the paper's CNN", "Table 3",
       not_attempted=GPU + "; the CI formula (mean ± 1.96·np.std/√n, n = 100/38/18) is "
-      "checked against the printed bounds by tests/test_hetero_agg.py", section=t3))
+      "checked against the printed bounds by tests/algorithms/test_hetero_agg.py", section=t3))
 
   r9 = "Remark 9 and the conclusion: the gain grows with non-IID-ness, the bias stays small"
   out.append(Claim(
@@ -129,7 +129,7 @@ def claims():
       not_attempted="the paper's bias is the shift of the fixed point (Theorem 3), not an "
       "accuracy cost: it says the final accuracies differ little (the R9-final rows test "
       "that); the shift is not measured for the MNIST model, and our quadratic Q2 checks it "
-      "exactly (tests/test_hetero_agg.py)", section=r9))
+      "exactly (tests/algorithms/test_hetero_agg.py)", section=r9))
   out.append(Claim(
       "F2-F4", "Figs. 2-4: accuracy curves of FedAvg and FedSoftMax per framework", "figures",
       not_attempted="figures: the curves are below (tniid.png, niid.png, iid.png); their "
@@ -185,7 +185,7 @@ def claims():
       "RQ3-limits", "... but α converges to fixed limits, possibly related to F_i*",
       "RQ3 (no numbers)", not_attempted="over 50 rounds a fixed limit cannot be told from a "
       "slow drift; our quadratic toy Q3 reproduces fixed limits ≠ p exactly "
-      "(tests/test_hetero_agg.py)", section=w))
+      "(tests/algorithms/test_hetero_agg.py)", section=w))
   for fw in ("tniid", "niid"):
     out.append(Claim(
         f"R10-start-{fw}", f"{WHERE[fw]}: FedMax(k) speeds up the beginning (test accuracy "
@@ -230,14 +230,14 @@ def claims():
       Claim("Th-Q1", "Γ = 0: FedMax is the fastest aggregation (eq. 15); FedSoftMax starts "
             "FedMax-like and tends to FedAvg's rate", "closed form",
             not_attempted="a closed-form toy, not a run: our quadratic Q1 through the algorithm, "
-            "every table value to 1e-6 (tests/test_hetero_agg.py)", section=th),
+            "every table value to 1e-6 (tests/algorithms/test_hetero_agg.py)", section=th),
       Claim("Th-Q2", "Γ > 0: FedAvg is unbiased; FedMax, FedMax(k) and FedSoftMax are biased, "
             "more with β (Theorem 3, Corollary 4)", "closed form",
             not_attempted="a closed-form toy: our quadratic Q2's limits and 2-cycles "
-            "(tests/test_hetero_agg.py)", section=th),
+            "(tests/algorithms/test_hetero_agg.py)", section=th),
       Claim("Th-rho", "ρ ≡ 1 for FedAvg, ≥ 1 for FedSoftMax, maximal for FedMax (from §2.2-2.3)",
             "derived", not_attempted="invariants of the weight functions, checked on random "
-            "losses by tests/test_hetero_agg.py", section=th),
+            "losses by tests/algorithms/test_hetero_agg.py", section=th),
       Claim("Th-tight", "§3.2: the experiments tend to prove the bound of Theorem 3 quite "
             "tight", "—", not_attempted="interpretive: the bound's constants (L, μ, G, σ, Γ) "
             "are not measured for MNIST models", section=th),
@@ -328,5 +328,5 @@ first rounds and then stays nearly flat for the 50 rounds (alpha_minus_p.png), w
 **Not run here:** the paper's CNN at its run counts (a GPU job: `python benchmarks/run.py
 --flagfile=benchmarks/configs/hetero_agg/tniid_fedsoftmax.flags`, and the other rows'
 flagfiles). The closed-form theory (Q1, Q2), the ρ invariants and the stochastic toy Q3 are
-checked exactly by `tests/test_hetero_agg.py`; the F_i* estimate against closed-form
-per-client minima by `tests/test_local_optimum.py`.""")
+checked exactly by `tests/algorithms/test_hetero_agg.py`; the F_i* estimate against closed-form
+per-client minima by `tests/algorithms/test_local_optimum.py`.""")

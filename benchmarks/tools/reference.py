@@ -1,5 +1,5 @@
 """Reference convergence curves: one small fixed run per algorithm, committed
-under ``results/reference/NAME.json`` and rerun by ``tests/test_reference_curves.py``.
+under ``results/reference/NAME.json`` and rerun by ``tests/algorithms/test_reference_curves.py``.
 
 Every algorithm of ``algorithms.ALGORITHMS`` has one configuration that needs no download
 (LEAF Synthetic, generated from ``--partition_seed``; logistic regression), few clients, a

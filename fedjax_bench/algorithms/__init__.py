@@ -95,6 +95,3 @@ def get(name: str) -> Algorithm:
     raise UsageError(f"unknown --algo={name!r}; {closest(name, ALGORITHMS)}")
   return ALGORITHMS[name]
 
-
-def of_kind(kind: str) -> tuple[str, ...]:
-  return tuple(n for n, a in ALGORITHMS.items() if a.kind == kind)

@@ -253,7 +253,7 @@ def grid(axes: dict[str, Sequence[float]]) -> list[dict]:
 
 def markdown() -> str:
   """docs/FLAGS.md: every flag by section, with its default, who reads it and its help (the
-  committed file is checked against this by tests/test_settings.py)."""
+  committed file is checked against this by tests/config/test_settings.py)."""
   lines = ["# Flags", "",
            "Generated from the settings declarations by `python -m fedjax_bench.config.flags`; "
            "`--helpfull` prints the same. Every flag is also a keyword of "

@@ -9,7 +9,7 @@ rows of a client leaf one device holds are saved as "NAME/shard_rows"). Each RES
 also runs 3 rounds saving a checkpoint and then resumes it to 6 rounds; its outputs are
 saved under "NAME/resumed_".
 
-Imports conftest: run with tests/ on PYTHONPATH, as `conftest.device_probe` runs it.
+Imports tests.conftest: run with the repository on PYTHONPATH, as `conftest.device_probe` runs it.
 """
 
 import sys
@@ -18,7 +18,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from conftest import toy_setup
+from tests.conftest import toy_setup
 from fedjax_bench import algorithms, engine
 from fedjax_bench.sim import participation
 

@@ -4,7 +4,7 @@ client-steps executed, and the collectives of a summed cohort (for subprocess te
 
 usage: cohort_probe.py OUT.npz
 
-Imports test_local: run with tests/ on PYTHONPATH, as `conftest.device_probe` runs it.
+Imports tests.core.test_local: run with the repository on PYTHONPATH, as `conftest.device_probe` runs it.
 """
 
 import sys
@@ -15,7 +15,7 @@ import numpy as np
 import optax
 from jax.sharding import Mesh, PartitionSpec
 
-from test_local import _slab_setup
+from tests.core.test_local import _slab_setup
 from fedjax_bench.core import cohort, local
 
 

@@ -5,7 +5,7 @@ usage: engine_probe.py OUT.npz SEEDS(comma list) [ROUNDS [KIND]]
 KIND "toy" (default): FedAvg on the toy problem; "stream": FedAvg over 100,000 clients whose
 data is generated on demand, 8 drawn per round by uniform_sparse.
 
-Imports conftest: run with tests/ on PYTHONPATH, as `conftest.device_probe` runs it.
+Imports tests.conftest: run with the repository on PYTHONPATH, as `conftest.device_probe` runs it.
 """
 
 import sys
@@ -13,7 +13,7 @@ import sys
 import jax
 import numpy as np
 
-from conftest import toy_setup
+from tests.conftest import toy_setup
 from fedjax_bench import engine
 from fedjax_bench.algorithms import fedavg
 

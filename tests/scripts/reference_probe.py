@@ -1,5 +1,5 @@
 """Reruns reference configs (benchmarks/tools/reference.py) and saves their curves as JSON (for
-the subprocess tests of tests/test_reference_curves.py, which set the device count).
+the subprocess tests of tests/algorithms/test_reference_curves.py, which set the device count).
 
 usage: reference_probe.py OUT.json [--repeat=N] [--cache_dir=DIR] [--first_device] [NAME ...]
 

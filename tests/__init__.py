@@ -1,0 +1,1 @@
+"""The test suite; its folders mirror the package's."""
