@@ -111,7 +111,8 @@ def _result_cells(c, o) -> tuple[str, str]:
 def _ours(o) -> str:
   if o.kind == "every seed":
     return f"{o.ours}, range {o.interval}, n={o.n}"
-  return f"{o.ours} {o.interval}, n={o.n}" + (", median" if o.kind == "median" else "")
+  return (f"{o.ours} {o.interval}, n={o.n}" + (", median" if o.kind == "median" else "")
+          + (f"; {o.detectable}" if o.detectable else ""))
 
 
 def _counts(outcomes, names) -> str:

@@ -47,6 +47,8 @@ STALE = "stale"  # only shown by --list: a report is never written from stale ru
 VERDICTS = (REPRODUCED, DIRECTION_ONLY, NOT_REPRODUCED, CONTRADICTED, NOT_ATTEMPTED)
 RESULTS = VERDICTS[:4] + (HOLDS, FAILS, NOT_ATTEMPTED)  # of checks (`Claim.check`)
 LEVEL = 0.95
+POWER = 0.8  # of the smallest detectable effect each row prints (`detectable`)
+SIGN_TEST_MIN_N = 6  # below this the exact sign test's 95% interval is unbounded
 # Ties: a value within TIE_RTOL * max(1, |boundary|) of a boundary is on it. The records
 # keep 7 significant digits; float arithmetic on them (a mean of equal values, a std of 0)
 # is off by about 1e-15 relative, and any measured difference is far above 1e-6.
@@ -78,6 +80,11 @@ RULES = f"""How a row's verdict follows from its numbers (`fedjax_bench/claims/v
   properties, our own experiments) are not claims of the paper and are not counted with
   them; an exact check **holds** when every seed satisfies it, within the same tolerance,
   and **fails** otherwise.
+- **Power**: beside its interval each row prints the smallest effect its seeds can detect:
+  the true effect that a two-sided {LEVEL:.0%} t-test over its n seeds finds with
+  probability {POWER:.0%} at the spread the row shows, (t_0.975 + t_0.8) s / √n; a median
+  row detects nothing below {SIGN_TEST_MIN_N} seeds. A row whose claimed size is below it is
+  underpowered: more seeds, not a different verdict, would settle it.
 - **Multiplicity**: every row is judged at {LEVEL:.0%} on its own, with no correction across
   rows; REPORT.md says how many claims were tested and how many of its reproduced rows
   stay reproduced when every interval is widened to 1 − 0.05/N for N tested claims
@@ -284,6 +291,7 @@ class Outcome:
   interval: str     # e.g. "[+2.0, +3.0]"
   n: int
   kind: str = "mean"  # "mean" (Student-t), "median" (sign test) or "every seed" (`Exact`)
+  detectable: str = ""  # "detects ≥ 0.91": the smallest effect these seeds can detect
 
 
 def interval(values: Sequence[float], level: float = LEVEL) -> tuple[float, float, float]:
@@ -337,9 +345,30 @@ def _fmt(x: float, signed: bool) -> str:
   return s.replace("-", "−")
 
 
-def _outcome(verdict, mean, lo, hi, n, signed, kind="mean") -> Outcome:
+def detectable(lo: float, hi: float, n: int, level: float = LEVEL, power: float = POWER) -> float:
+  """The smallest true effect that a two-sided t-test at 95% over these ``n`` seeds detects
+  with probability ``power``, at the spread the interval [lo, hi] (at ``level``) shows:
+  (t_0.975 + t_power) s / sqrt(n), n - 1 degrees of freedom. Infinite with one seed."""
+  from scipy import stats
+  if n < 2 or not (np.isfinite(lo) and np.isfinite(hi)):
+    return np.inf
+  se = (hi - lo) / 2 / stats.t.ppf(0.5 + level / 2, n - 1)
+  return float((stats.t.ppf(0.5 + LEVEL / 2, n - 1) + stats.t.ppf(power, n - 1)) * se)
+
+
+def _detectable_text(lo, hi, n, kind, level) -> str:
+  """"detects ≥ 0.91", "detects nothing below 6 seeds", or "" (not a statistical row)."""
+  if kind == "every seed" or (kind == "median" and n >= SIGN_TEST_MIN_N):
+    return ""
+  if kind == "median":
+    return f"detects nothing below {SIGN_TEST_MIN_N} seeds"
+  d = detectable(lo, hi, n, level)
+  return f"detects ≥ {_fmt(d, False)}" if np.isfinite(d) else "detects nothing with one seed"
+
+
+def _outcome(verdict, mean, lo, hi, n, signed, kind="mean", level=LEVEL) -> Outcome:
   return Outcome(verdict, _fmt(mean, signed), f"[{_fmt(lo, signed)}, {_fmt(hi, signed)}]", n,
-                 kind)
+                 kind, _detectable_text(lo, hi, n, kind, level))
 
 
 def _paired(a: Metric, b: Metric, records) -> np.ndarray:
@@ -405,7 +434,7 @@ class Difference(_Paired):
       verdict = DIRECTION_ONLY
     else:
       verdict = NOT_REPRODUCED
-    return _outcome(verdict, stat, lo, hi, n, True, kind)
+    return _outcome(verdict, stat, lo, hi, n, True, kind, level)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -429,7 +458,7 @@ class Equivalent(_Paired):
       verdict = CONTRADICTED
     else:
       verdict = NOT_REPRODUCED
-    return _outcome(verdict, stat, lo, hi, n, True, kind)
+    return _outcome(verdict, stat, lo, hi, n, True, kind, level)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -463,7 +492,7 @@ class AtLeast:
       verdict = DIRECTION_ONLY
     else:
       verdict = NOT_REPRODUCED
-    return _outcome(verdict, stat, lo, hi, v.size, False, kind)
+    return _outcome(verdict, stat, lo, hi, v.size, False, kind, level)
 
 
 def AtMost(a: Metric, value: float) -> AtLeast:  # noqa: N802 (a test, named as one)

@@ -278,7 +278,8 @@ def test_report_is_a_function_of_the_records():
   assert files == render(paper, recs)
   assert sorted(files) == ["REPORT.md", "RUNS.md", "VERDICTS.md"]
   text = files["REPORT.md"]  # the answer: the verdicts and their tables
-  assert "| c1 | a beats b | +1 | +2.00 [+1.75, +2.25], n=3 | **reproduced** |" in text
+  assert ("| c1 | a beats b | +1 | +2.00 [+1.75, +2.25], n=3; detects ≥ 0.31 | **reproduced** |"
+          in text)
   assert "| c2 | on GPU | — | — | **not attempted**: needs a GPU |" in text
   assert "Verdicts: 1 reproduced, 1 not attempted." in text
   assert "The counts are of the paper's 2 claims, one row each." in text
@@ -730,3 +731,17 @@ def test_verify_remake_adopts_every_stale_rerun_and_regenerates_the_report(tmp_p
     return [line for line in text.splitlines() if line not in rows]
   assert without_pair((tmp_path / "fedawe" / "RUNS.md").read_text()) == without_pair(open(
       os.path.join(ROOT, "results", "fedawe", "RUNS.md")).read())
+
+
+def test_each_row_prints_the_smallest_effect_its_seeds_can_detect():
+  # n = 3, s = 1: (t_0.975,2 + t_0.80,2) / sqrt(3) = (4.3027 + 1.0607) / 1.7321 = 3.0966
+  # (Student-t table values).
+  recs = records(a=[1.0, 2.0, 3.0], b=[0.0] * 3)
+  out = Difference(Metric("a"), Metric("b")).outcome(recs)
+  assert out.detectable == "detects ≥ 3.10"  # printed to 3 significant digits
+  lo, hi = 2.0 - 4.3027 / np.sqrt(3), 2.0 + 4.3027 / np.sqrt(3)
+  assert abs(verdicts.detectable(lo, hi, 3) - 3.0966) < 1e-3
+  # Three tied rounds-to-target: a median row, nothing detectable below 6 seeds.
+  tied = records(a=[10.0] * 3, b=[0.0] * 3)
+  assert Difference(Metric("a"), Metric("b")).outcome(tied).detectable == \
+      "detects nothing below 6 seeds"
