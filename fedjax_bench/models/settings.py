@@ -3,16 +3,17 @@
 from fedjax_bench import models as models_lib
 from fedjax_bench.settings import INT32, NON_NEGATIVE, POSITIVE, Check, section, setting
 
+# {old --model name: the model it stands for}
+ALIASES = {alias: model.name for alias, model in models_lib.MODELS_BY_NAME.items()
+           if alias != model.name}
 WIDTHS = Check(lambda v: all(0 < w <= INT32[1] for w in v), f"must be widths in [1, {INT32[1]}]")
 
 
 @section("model and objective")
 class ModelSettings:
   model: str = setting("logreg", "Model (docs/models.md). Aliases: " + ", ".join(
-      f"{alias} = {model.name}" for alias, model in models_lib.MODELS_BY_NAME.items()
-      if alias != model.name) + ".", choices=models_lib.MODELS, aliases={
-          alias: model.name for alias, model in models_lib.MODELS_BY_NAME.items()
-          if alias != model.name})
+      f"{alias} = {name}" for alias, name in ALIASES.items()) + ".",
+      choices=models_lib.MODELS, aliases=ALIASES)
   mlp_hidden: tuple = setting((200, 200), "Hidden widths of --model=mlp.", check=WIDTHS)
   zero_init: bool = setting(False, "Start from all-zero weights (--model=logreg only; the "
                             "FedAWE CPU experiment (toyfl); the default of the asynchronous "
