@@ -19,7 +19,7 @@ from fedjax_bench.algorithms import asynchronous
 from fedjax_bench.task import optimum
 from fedjax_bench.task import run_data as run_data_lib
 from fedjax_bench.task.build import make_per_seed_task, make_task
-from fedjax_bench.task.task import Task
+from fedjax_bench.task.task import Finetune, Task
 from fedjax_bench.core.types import FederatedAlgorithm
 from fedjax_bench.data import priority as priority_lib
 from fedjax_bench.data import holdout
@@ -98,6 +98,7 @@ def setup(cfg: Config | Mapping[str, Any], *, dataset: Dataset | None = None,
                    **task_kwargs(cfg))
   if cfg.eval.optimality_gap or cfg.data.dataset == "quadratic":
     task = optimum.attach(task, cache_dir=cfg.data.cache_dir)
+  task = with_finetune(task, cfg)
   part = _participation(cfg, dataset)
   world = world_lib.make(part, client_steps(cfg.hparams, dataset.train.counts))
   if algorithm.kind == algorithms.ASYNCHRONOUS:
@@ -149,6 +150,23 @@ def client_steps(hp, counts) -> np.ndarray:
   return world_lib.client_steps(counts, local_steps=hp.local_steps,
                                 local_epochs=hp.local_epochs, batch_size=hp.batch_size,
                                 drop_last=hp.sampling == "shuffle_drop_last")
+
+
+def with_finetune(task: Task, cfg: Config) -> Task:
+  """``task`` with its fine-tuning evaluation (--finetune_steps), which needs each client's
+  own test data and the local training's batches."""
+  steps = cfg.eval.finetune_steps
+  if not steps:
+    return task
+  if task.client_test is None:
+    raise UsageError(f"--finetune_steps={steps} scores each client's fine-tuned model on its "
+                     "own test data: give --holdout_fraction (e.g. 0.2)")
+  if task.loss_type != "cross_entropy":
+    raise UsageError(f"--finetune_steps reports accuracies; --dataset={cfg.data.dataset} has no "
+                     "labels (a classification dataset: synthetic, mnist, ...)")
+  hp = cfg.hparams
+  return dataclasses.replace(task, finetune=Finetune(steps, hp.batch_size, hp.sampling,
+                                                     cfg.eval.finetune_lr))
 
 
 def task_kwargs(cfg: Config) -> dict:
@@ -204,6 +222,7 @@ def setup_per_seed(cfg: Config, seeds) -> Experiment:
                        "examples in every seed (a fixed dataset split whole); drop one")
     seed0 = make_task(per_seed.dataset(0), model, **task_kwargs(cfg))
     task = dataclasses.replace(task, optimum=optimum.find(seed0, cache_dir=cfg.data.cache_dir))
+  task = with_finetune(task, cfg)
   data_seeds = [layout.data_seed for layout in per_seed.layouts]
   arrays = rebuild = None
   world_cfg = cfg.world

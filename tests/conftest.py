@@ -105,3 +105,35 @@ def run_rounds(alg, rounds: int = 3, first_key: int = 9):
   for t in range(rounds):
     server, clients, metrics = step(server, clients, jax.random.PRNGKey(first_key + t))
   return server, clients, metrics
+
+
+def float64_gradient(task):
+  """(x, xb, yb, wb) -> grad f_i at a float64 point (a list of leaves, evaluated in float32),
+  as float64 leaves: the gradient oracle of the NumPy transcriptions."""
+  import jax
+  grad = jax.jit(jax.grad(task.loss))
+  treedef = jax.tree.structure(task.init_params(jax.random.PRNGKey(0)))
+
+  def g(x, xb, yb, wb):
+    params = jax.tree.unflatten(treedef, [a.astype(np.float32) for a in x])
+    return [np.asarray(a, np.float64) for a in jax.tree.leaves(grad(params, xb, yb, wb))]
+
+  return g
+
+
+def loop_local_update(task, world, hp, params, train_key, i):
+  """Client i's local SGD from ``params`` written as a loop (shuffled epochs, its
+  "local_sampling" key of the round's ``train_key``): its update, float64 leaves."""
+  import jax
+  import jax.numpy as jnp
+  from fedjax_bench.core import keys, local
+  grad = jax.jit(jax.grad(task.loss))
+  k = keys.for_purpose(jax.random.fold_in(train_key, int(i)), "local_sampling")
+  off, cnt = int(task.offsets[i]), int(task.counts[i])
+  p, perm = params, jnp.arange(task.max_count, dtype=jnp.int32)
+  for s in range(int(world.client_steps[i])):
+    pos, w, perm = local.batch_positions(k, s, cnt, perm, batch_size=hp["batch_size"],
+                                         sampling="shuffle")
+    g = grad(p, task.x[off + pos], task.y[off + pos], w)
+    p = jax.tree.map(lambda a, b: a - hp["client_lr"] * b, p, g)
+  return jax.tree.map(lambda a, b: np.asarray(a, np.float64) - np.asarray(b), p, params)

@@ -500,3 +500,14 @@ def test_the_citation_check_catches_the_forms_used_before():
           "in_specs=spec", "claim spec-C", "docs/papers/fedawe.md"]
   for text in fine:
     assert not outside_citations("x", text), text
+
+
+def test_the_readme_is_a_front_door():
+  """At most 10 KiB, read in two minutes, with the sections a researcher looks for."""
+  with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+    text = f.read()
+  assert len(text.encode()) <= 10 * 1024, len(text.encode())
+  headings = re.findall(r"^## (.+)$", text, re.M)
+  for needed in ("Install", "First run", "Algorithms", "Performance", "Development",
+                 "Citing", "Licence"):
+    assert needed in headings, (needed, headings)

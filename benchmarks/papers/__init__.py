@@ -1,9 +1,11 @@
 """The papers whose claims `benchmarks/claims.py` checks, each declared in its module."""
 
-from benchmarks.papers import area, baselines, fedalign, fedawe, fedef, hetero_agg, shakespeare
+from benchmarks.papers import (area, baselines, fedalign, fedawe, fedef, hetero_agg, methods,
+                               personalization, shakespeare)
 
 PAPERS = {p.name: p for p in (fedawe.PAPER, fedef.PAPER, area.PAPER, hetero_agg.PAPER,
-                              fedalign.PAPER, baselines.PAPER, shakespeare.PAPER)}
+                              fedalign.PAPER, baselines.PAPER, shakespeare.PAPER,
+                              personalization.PAPER, methods.PAPER)}
 # Declared, their runs not made yet: `--check` skips them (`--list` and `claims.py PAPER`
 # work). A paper leaves this list in the commit that adds its runs and REPORT.md.
 PENDING = ()

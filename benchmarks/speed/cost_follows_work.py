@@ -16,14 +16,12 @@ baseline measured in the same invocation:
               runs (--local_epochs=2), vs the same data with every client running 11 steps;
               shuffled epochs. Target 1.3x.
 
-Each side is one engine.run in its own thread; the threads pass a baton at every
-evaluation, so their timed blocks (a block of rounds and one evaluation, the engine's
-own timing) alternate and share the machine's load. One untimed warm-up block per side.
+Each side is one engine.run in its own thread (`harness.interleaved`): the threads pass a
+baton at every evaluation, so their timed blocks (a block of rounds and one evaluation)
+alternate and share the machine's load. One untimed warm-up block per side.
 """
 
 import argparse
-import threading
-import time
 
 from fedjax_bench.engine import host_devices
 
@@ -32,7 +30,6 @@ host_devices.use_all_cores()
 import numpy as np  # noqa: E402
 
 from benchmarks.speed import harness, workloads  # noqa: E402
-from fedjax_bench import engine  # noqa: E402
 from fedjax_bench.algorithms import fedavg  # noqa: E402
 from fedjax_bench.core import client_map  # noqa: E402
 from fedjax_bench.data.federated import Dataset, FederatedData  # noqa: E402
@@ -111,62 +108,6 @@ def pairs(args):
   return out
 
 
-def interleaved(task, hp, worlds: dict, rounds: int, repeats: int) -> dict:
-  """{side: {"wall": [seconds], "cpu": [seconds]}} of each timed block: one engine.run per
-  side, in threads that take turns block by block after every side's warm-up block. A
-  block is timed from the end of the side's previous evaluation callback to the start of
-  its next: its rounds, its evaluation and the engine's bookkeeping. "cpu" is the
-  process's CPU time over the block (every other side is waiting then), which a loaded
-  machine disturbs less than the wall clock."""
-  sides = list(worlds)
-  turn = threading.Condition()
-  state = {"turn": 0, "ready": 0, "failed": False}
-  seconds = {s: {"wall": [], "cpu": []} for s in sides}
-  errors = []
-
-  def side(i, name):
-    calls = []
-    start = []
-
-    def on_eval(progress):
-      del progress
-      now = (time.perf_counter(), time.process_time())
-      if start:
-        seconds[name]["wall"].append(now[0] - start[0])
-        seconds[name]["cpu"].append(now[1] - start[1])
-      calls.append(now)
-      with turn:
-        if len(calls) == 1:  # warm-up done: wait for every side's warm-up
-          state["ready"] += 1
-          turn.notify_all()
-          turn.wait_for(lambda: state["failed"] or (state["ready"] == len(sides)
-                                                    and state["turn"] == i))
-        else:
-          state["turn"] = (i + 1) % len(sides)
-          turn.notify_all()
-          if len(calls) <= repeats:
-            turn.wait_for(lambda: state["failed"] or state["turn"] == i)
-      start[:] = (time.perf_counter(), time.process_time())
-
-    try:
-      engine.run(lambda h: fedavg.build(task, worlds[name], h), task, hp, seeds=[0],
-                 rounds=rounds * (repeats + 1), eval_every=rounds, on_eval=on_eval)
-    except Exception as e:  # noqa: BLE001  (re-raised in the main thread)
-      errors.append(e)
-      with turn:
-        state["failed"] = True
-        turn.notify_all()
-
-  threads = [threading.Thread(target=side, args=(i, s)) for i, s in enumerate(sides)]
-  for t in threads:
-    t.start()
-  for t in threads:
-    t.join()
-  if errors:
-    raise errors[0]
-  return seconds
-
-
 def main(argv=None):
   args = parse(argv)
   env = harness.environment(client_width=client_map.resolve_width(args.client_width))
@@ -174,7 +115,9 @@ def main(argv=None):
   for name, (rounds, hp, task, worlds, base) in pairs(args).items():
     print(f"[{name}] {' vs '.join(worlds)}: {args.repeats} interleaved blocks of {rounds} "
           "rounds ...", flush=True)
-    seconds = interleaved(task, hp, worlds, rounds, args.repeats)
+    seconds = harness.interleaved(
+        {w: (lambda h, w=w: fedavg.build(task, worlds[w], h), task, hp) for w in worlds},
+        rounds, args.repeats)
     per_round = {s: {k: harness.median(v) / rounds for k, v in t.items()}
                  for s, t in seconds.items()}
     for side in worlds:

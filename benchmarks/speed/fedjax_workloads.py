@@ -7,7 +7,8 @@ W1-W3 train the first clients of the data every round. The cohort workloads c1, 
 c100, c1000 are W1 (logistic regression, batch 10) with m clients drawn uniformly without
 replacement from a population of N each round, as FedJAX users do:
 `fedjax.client_samplers.UniformGetClientSampler` over an `InMemoryFederatedData`, its
-`sample()` inside the timed loop.
+`sample()` inside the timed loop; w2_c10 (any of w1, w2, w3 and c1, c10, c100, c1000) is
+that workload's model and batch at that cohort size (benchmarks/peers/compare.py's cells).
 
 W7 is FedJAX's own Shakespeare model, `fedjax.models.shakespeare.create_lstm_model`
 (embedding 8, two `hk.LSTM` layers of LSTM_HIDDEN = 64, benchmarks/speed/speed.py's width,
@@ -203,18 +204,30 @@ def run(name, rounds, repeats, data):
           **timing_row(clients, rounds, first, seconds, params)}
 
 
+def cohort(name):
+  """(workload, cohort) of a cohort workload's name: "c10" is W1's, "w2_c10" W2's; None
+  for any other name."""
+  workload, _, size = name.rpartition("_")
+  workload = workload or "w1"
+  if size in COHORTS and workload in WORKLOADS:
+    return workload, size
+  return None
+
+
 def run_cohort(name, rounds, repeats, seed, interleave=False):
-  """W1's model and steps, m of N clients drawn by FedJAX's uniform sampler each round."""
-  m, n, default_rounds = COHORTS[name]
+  """A workload's model and steps, m of N clients drawn by FedJAX's uniform sampler each
+  round."""
+  workload, size = cohort(name)
+  m, n, default_rounds = COHORTS[size]
   rounds = rounds or default_rounds
   fd = fedjax.InMemoryFederatedData(
       {cid: {"x": ds.all_examples()["x"], "y": ds.all_examples()["y"]}
        for cid, ds, _ in clients(seed, n)})
   sampler = fedjax.client_samplers.UniformGetClientSampler(fd, m, seed)
-  batch = WORKLOADS["w1"][1]
-  algorithm, params, state = fedavg("logreg", batch)
+  model_name, batch = WORKLOADS[workload][:2]
+  algorithm, params, state = fedavg(model_name, batch)
   first, seconds = timed(algorithm, state, sampler.sample, rounds, repeats, name, interleave)
-  return {"workload": name, "model": "logreg", "batch_size": batch, "population": n,
+  return {"workload": name, "model": model_name, "batch_size": batch, "population": n,
           "sampler": "UniformGetClientSampler",
           **timing_row(m, rounds, first, seconds, params)}
 
@@ -254,7 +267,7 @@ def main():
     if w in SEQUENCES:
       row = run_sequence(w, a.rounds, a.repeats, a.seed, a.interleave)
     else:
-      row = (run_cohort(w, a.rounds, a.repeats, a.seed, a.interleave) if w in COHORTS
+      row = (run_cohort(w, a.rounds, a.repeats, a.seed, a.interleave) if cohort(w)
              else run(w, a.rounds, a.repeats, data))
     print(json.dumps(row), flush=True)
 

@@ -2,9 +2,10 @@
 the median, and the JSON record and Markdown table a benchmark writes.
 
 A benchmark calls `environment()` before it measures and `finish(env)` after (the 1-minute
-load average at both ends: another job on the machine shows there), times `blocks` or its
-own sides, takes the `median` of the repeats, and writes NAME.json (the record, with the
-environment) and NAME.md (its table, ending with the `machine` line) with `write`.
+load average at both ends: another job on the machine shows there), times `blocks`, several
+runs taking turns (`interleaved`) or its own sides, takes the `median` of the repeats, and
+writes NAME.json (the record, with the environment) and NAME.md (its table, ending with the
+`machine` line) with `write`.
 Nothing here imports JAX at module level: a benchmark sets its CPU devices
 (`host_devices.use_all_cores`) before JAX starts.
 """
@@ -13,6 +14,8 @@ import os
 import resource
 import statistics
 import sys
+import threading
+import time
 from typing import Callable, Optional, Sequence
 
 from fedjax_bench.output import results
@@ -119,3 +122,61 @@ def write(output_dir: str, name: str, record: Optional[dict] = None,
     paths.append(os.path.join(output_dir, f"{name}.md"))
     results.atomic_write_text(paths[-1], markdown if markdown.endswith("\n") else markdown + "\n")
   return paths
+
+
+def interleaved(sides: dict, rounds: int, repeats: int) -> dict:
+  """{side: {"wall": [seconds], "cpu": [seconds]}} of each timed block: one engine.run per
+  side (``sides``: name -> (build, task, hp), build(hp) -> FederatedAlgorithm), in threads
+  that take turns block by block after every side's warm-up block. A block is timed from the end of the side's previous evaluation callback to the start of
+  its next: its rounds, its evaluation and the engine's bookkeeping. "cpu" is the
+  process's CPU time over the block (every other side is waiting then), which a loaded
+  machine disturbs less than the wall clock."""
+  from fedjax_bench import engine  # noqa: PLC0415
+  runs, sides = sides, list(sides)
+  turn = threading.Condition()
+  state = {"turn": 0, "ready": 0, "failed": False}
+  seconds = {s: {"wall": [], "cpu": []} for s in sides}
+  errors = []
+
+  def side(i, name):
+    calls = []
+    start = []
+
+    def on_eval(progress):
+      del progress
+      now = (time.perf_counter(), time.process_time())
+      if start:
+        seconds[name]["wall"].append(now[0] - start[0])
+        seconds[name]["cpu"].append(now[1] - start[1])
+      calls.append(now)
+      with turn:
+        if len(calls) == 1:  # warm-up done: wait for every side's warm-up
+          state["ready"] += 1
+          turn.notify_all()
+          turn.wait_for(lambda: state["failed"] or (state["ready"] == len(sides)
+                                                    and state["turn"] == i))
+        else:
+          state["turn"] = (i + 1) % len(sides)
+          turn.notify_all()
+          if len(calls) <= repeats:
+            turn.wait_for(lambda: state["failed"] or state["turn"] == i)
+      start[:] = (time.perf_counter(), time.process_time())
+
+    try:
+      build, task, hp = runs[name]
+      engine.run(build, task, hp, seeds=[0],
+                 rounds=rounds * (repeats + 1), eval_every=rounds, on_eval=on_eval)
+    except Exception as e:  # noqa: BLE001  (re-raised in the main thread)
+      errors.append(e)
+      with turn:
+        state["failed"] = True
+        turn.notify_all()
+
+  threads = [threading.Thread(target=side, args=(i, s)) for i, s in enumerate(sides)]
+  for t in threads:
+    t.start()
+  for t in threads:
+    t.join()
+  if errors:
+    raise errors[0]
+  return seconds

@@ -31,8 +31,13 @@ def run_config(algo: str, n: int) -> config.Config:
     values["test_mix"] = "official"
   if algo.startswith("fedef"):  # error feedback keeps state only with a compressor
     values["compressor"] = "topk"
-  if algo == "ditto":  # scored on each client's own test data
+  if algo in ("ditto", "apfl", "pfedme", "perfedavg_fo", "perfedavg_hf", "ifca"):  # personalized:
+    # scored on each client's own test data
     values["holdout_fraction"] = 0.2
+  if algo in ("fedper", "fedrep", "fedbn"):  # a part of the model per client: a head (the
+    # output layer of an MLP of 32), the batch norm of that MLP
+    values.update(holdout_fraction=0.2, model="mlp_bn" if algo == "fedbn" else "mlp",
+                  mlp_hidden=(32,))
   return config.resolve(values)
 
 

@@ -93,7 +93,7 @@ def run_fedjax(python: str, workloads, rounds: int, repeats: int) -> dict:
 def ours(name: str, rounds: int, repeats: int, seed: int) -> dict:
   model_name, batch, _, default_rounds, clients = speed.WORKLOADS[name]
   rounds = rounds or default_rounds
-  task = speed.make_task(speed.make_dataset(seed, clients), model_name)
+  task = speed.make_task(speed.make_dataset(seed, clients, model_name), model_name)
   t = speed.time_vectorized(task, "shuffle", rounds, repeats, seed, batch)
   return {**speed.summarize(t, rounds, clients), "rounds_per_repeat": rounds,
           "clients_per_round": clients, "params": num_params(task)}

@@ -111,8 +111,35 @@ CONFIGS = {
     "qfedavg": dict(participation="uniform", clients_per_round=5, qffl_q=2.0),
     "dp_fedavg": dict(participation="bernoulli", participation_prob=0.3, dp_clip=0.5,
                       dp_noise_multiplier=0.05),  # clipped updates, noise on their sum
+    "dp_fedavg_adaptive": dict(participation="bernoulli", participation_prob=0.3, dp_clip=0.5,
+                               dp_noise_multiplier=0.05),  # E|C_t| = 6: sigma_b = 0.3
     "ditto": dict(participation="uniform", clients_per_round=5, holdout_fraction=0.25,
                   ditto_lambda=0.5),
+    # Mime: the server's statistics in every client step (Mime: and the control variate).
+    "mime": dict(participation="uniform", clients_per_round=5, mime_momentum=0.5),
+    "mime_lite": dict(participation="uniform", clients_per_round=5, mime_opt="adam",
+                      client_lr=0.003, weighting="data_size"),  # Adam's state frozen
+    # Personalization, part 1: a part of the model per client (scored on its own test data).
+    "fedper": dict(participation="uniform", clients_per_round=5, holdout_fraction=0.25,
+                   model="mlp", mlp_hidden=[8]),      # the output layer kept per client
+    "fedrep": dict(participation="uniform", clients_per_round=5, holdout_fraction=0.25,
+                   model="mlp", mlp_hidden=[8], head_steps=3),  # head steps, then body's
+    "fedbn": dict(participation="uniform", clients_per_round=5, holdout_fraction=0.25,
+                  model="mlp_bn", mlp_hidden=[8],     # batch norm kept per client
+                  sampling="shuffle_drop_last"),  # full batches: a one-row batch's zero
+                  # variance amplifies rounding (1 vs 4 devices: 1e-5 with partial batches)
+    "fedexp": dict(participation="uniform", clients_per_round=5),  # eta_g from 5 updates
+    "ifca": dict(participation="uniform", clients_per_round=5, holdout_fraction=0.25,
+                 ifca_clusters=2),             # each client's pick, scored on its own data
+    # Personalization, part 2 (scored on each client's own test data).
+    "apfl": dict(participation="uniform", clients_per_round=5, holdout_fraction=0.25,
+                 apfl_alpha=0.5),                  # the adaptive alpha, projected to [0, 1]
+    "pfedme": dict(participation="uniform", clients_per_round=5, holdout_fraction=0.25,
+                   pfedme_lambda=5.0, pfedme_k=3, pfedme_beta=1.5),  # beta != 1
+    "perfedavg_fo": dict(participation="uniform", clients_per_round=5, holdout_fraction=0.25,
+                         perfedavg_alpha=0.05),
+    "perfedavg_hf": dict(participation="uniform", clients_per_round=5, holdout_fraction=0.25,
+                         perfedavg_alpha=0.05),
 }
 
 

@@ -11,6 +11,10 @@ from fedjax_bench.algorithms import (area, asfedavg, f3ast, fedalign, fedau, fed
                                      fedprox, fedvarp, mifa, mifa_async, qfedavg, scaffold,
                                      sfedavg)
 from fedjax_bench.algorithms import ditto, dp_fedavg
+from fedjax_bench.algorithms import fedbn, fedper, fedrep
+from fedjax_bench.algorithms import apfl, perfedavg, pfedme
+from fedjax_bench.algorithms import fedexp, ifca
+from fedjax_bench.algorithms import mime
 from fedjax_bench.errors import UsageError
 from fedjax_bench.settings import closest
 
@@ -87,7 +91,22 @@ register("scaffold", scaffold)
 register("feddyn", feddyn)
 register("qfedavg", qfedavg)
 register("dp_fedavg", dp_fedavg)
+register("dp_fedavg_adaptive", dp_fedavg.adaptive)  # Andrew et al. 2021: adaptive clipping
 register("ditto", ditto)
+# Personalization, part 1: a part of the model per client (a head; batch normalization).
+register("fedper", fedper)
+register("fedrep", fedrep)
+register("fedbn", fedbn)
+# Personalization, part 2: mixed local and global models, Moreau envelopes, MAML.
+register("apfl", apfl)
+register("pfedme", pfedme)
+register("perfedavg_fo", perfedavg.perfedavg_fo)
+register("perfedavg_hf", perfedavg.perfedavg_hf)
+register("fedexp", fedexp)  # Jhunjhunwala et al. 2023: the extrapolated server step
+register("ifca", ifca)      # Ghosh et al. 2020: clustered FL, k models
+# Mime (Karimireddy et al. 2021): the server's optimizer statistics in every client step.
+register("mime", mime.mime)
+register("mime_lite", mime.mime_lite)
 
 
 def get(name: str) -> Algorithm:

@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from fedjax_bench.core import cohort, keys, local
+from fedjax_bench.core import cohort, keys, local, parts
 from fedjax_bench.core.types import FederatedAlgorithm, with_count
 from fedjax_bench.core.local import LocalTraining
 from fedjax_bench.data import per_seed as per_seed_lib
@@ -301,7 +301,8 @@ def local_sgd(task, world, hp: Hparams) -> Callable:
         start, jax.random.fold_in(keys.for_purpose(key, "local_train"), i),
         task.counts[i], world.client_steps[i], fetch=task.client_data(i),
         loss_fn=lambda *args: w * loss_fn(*args), opt=client_optimizer(alpha, project),
-        spec=spec, max_count=task.max_count, gather_limit=local.GATHER_BUDGET)
+        spec=spec, max_count=task.max_count, gather_limit=local.GATHER_BUDGET,
+        update_state=task.update_state if parts.has_state(start) else None)
     return new, unscaled(loss, w)
 
   return train

@@ -23,11 +23,17 @@ WEIGHTINGS = ("uniform", "data_size")
 
 
 @section("fedavg")
-class Hparams(rounds.Synchronous):
+class Weighted:
+  """--weighting, declared once for every algorithm that averages the cohort's updates."""
   weighting: str = setting("uniform", "Aggregation weights of the cohort's updates.",
                            choices=WEIGHTINGS)
 
-__all__ = ["Hparams", "ServerState", "WEIGHTINGS", "build", "client_weights"]
+
+@section("fedavg")
+class Hparams(rounds.Synchronous, Weighted):
+  pass
+
+__all__ = ["Hparams", "ServerState", "WEIGHTINGS", "Weighted", "build", "client_weights"]
 
 
 def client_weights(task: Task, ids, valid, weighting: str):

@@ -36,6 +36,8 @@ class Hparams(fedavg.Hparams):
 
 def build(task, world, hp: Hparams) -> FederatedAlgorithm:
   hp = coerce(Hparams, hp)
+  hp.require_sgd("feddyn", "Acar et al. 2021 minimize the local objective by plain SGD, and "
+                 "adamw's decay would also shrink the g_k trained beside theta")
   sopt = hp.optimizer()
   m = world.num_clients
   alpha = hp.feddyn_alpha

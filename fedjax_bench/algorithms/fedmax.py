@@ -42,11 +42,12 @@ class Hparams(rounds.Synchronous):
   local_optimum: str = setting("zero", "F_i* in the loss gap l_i = F_i(w_t) - F_i* that the "
                                "weights read: zero (the default), or estimate: before "
                                "round 1 each client trains alone from the initial model for "
-                               "--local_optimum_steps SGD steps (--batch_size, --sampling, "
-                               "--client_lr), and F_i* is the lower of its full local loss "
-                               "then and at the start (metrics local_optimum_mean/_max).",
+                               "--local_optimum_steps local steps (--batch_size, --sampling, "
+                               "--client_opt at --client_lr), and F_i* is the lower of its "
+                               "full local loss then and at the start (metrics "
+                               "local_optimum_mean/_max).",
                                choices=("zero", "estimate"))
-  local_optimum_steps: int = setting(500, "--local_optimum=estimate: the SGD steps each "
+  local_optimum_steps: int = setting(500, "--local_optimum=estimate: the local steps each "
                                      "client trains alone.", check=POSITIVE,
                                      used_if=lambda hp: hp.local_optimum == "estimate")
 
@@ -90,7 +91,8 @@ def build(task: Task, world: World, hp: Hparams, *, strategy: str) -> FederatedA
       from fedjax_bench.algorithms import local_optimum
       server = server._replace(aux=local_optimum.estimate(
           task, server.params, local_optimum.key_of(key), steps=hp.local_optimum_steps,
-          lr=hp.client_lr, batch_size=hp.batch_size, sampling=hp.sampling))
+          lr=hp.client_lr, batch_size=hp.batch_size, sampling=hp.sampling,
+          opt=hp.client_optimizer(hp.client_lr)))
     return server, ()
 
   def round_fn(server: ServerState, clients, key):

@@ -24,6 +24,8 @@ Hparams = rounds.Synchronous
 
 def build(task: Task, world: World, hp: rounds.Synchronous) -> FederatedAlgorithm:
   hp = coerce(Hparams, hp)
+  hp.require_sgd("fednova", "dividing Delta_i by tau_i is the normalization of plain local SGD "
+                 "(Wang et al. 2020; their momentum form is not built)")
   sopt = hp.optimizer()
 
   def init(key):

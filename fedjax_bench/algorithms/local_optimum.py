@@ -4,12 +4,12 @@
 Loss-aware weights read the gap ℓ_i = F_i(w_t) − F_i*. The paper never says how F_i* was
 obtained; ``--local_optimum=zero`` (the default) takes F_i* = 0. With ``estimate`` the
 algorithm's init calls `estimate` once per run, before round 1: every client trains alone
-from the run's initial model w_0 for ``steps`` SGD steps on its own examples (minibatches
-as in local training, `local.train`), all clients at once (vmapped), and F̂_i* is the
-lower of its full local loss after training and at w_0 (an upper bound of F_i*; a
-diverged client keeps its loss at w_0). The loss is the one ℓ reads
-(`client_scores.per_client`): the plain data fit, in evaluation mode, without the l2
-penalty.
+from the run's initial model w_0 for ``steps`` steps of the client optimizer (--client_opt,
+SGD by default) on its own examples (minibatches as in local training, `local.train`), all
+clients at once (vmapped), and F̂_i* is the lower of its full local loss after training and
+at w_0 (an upper bound of F_i*; a diverged client keeps its loss at w_0). The loss is the
+one ℓ reads (`client_scores.per_client`): the plain data fit, in evaluation mode, without
+the l2 penalty.
 
 Keys: the init key's "local_optimum" purpose (`keys.for_purpose`), then one key per client (`keys.per_client`), whose "local_sampling"
 sub-purpose draws that client's minibatches. The rounds' keys are untouched.
@@ -34,9 +34,10 @@ def key_of(init_key: jax.Array) -> jax.Array:
 
 
 def estimate(task, params, key, *, steps: int, lr, batch_size: int,
-             sampling: str = "shuffle") -> jax.Array:
-  """[num_clients] F̂_i*: client i trained alone from ``params`` for ``steps`` SGD steps at
-  rate ``lr``, the lower of its full local loss after them and at ``params``."""
+             sampling: str = "shuffle", opt: optax.GradientTransformation = None) -> jax.Array:
+  """[num_clients] F̂_i*: client i trained alone from ``params`` for ``steps`` steps of
+  ``opt`` (default SGD at rate ``lr``; the algorithm passes its client optimizer), the lower
+  of its full local loss after them and at ``params``."""
   spec = local.LocalSpec(steps, batch_size, sampling)
 
   def fit(p, x, y, w, rng):
@@ -46,7 +47,7 @@ def estimate(task, params, key, *, steps: int, lr, batch_size: int,
 
   def train(i, k):
     trained, _ = local.train(params, k, task.counts[i], steps, fetch=task.client_data(i),
-                             loss_fn=fit, opt=optax.sgd(lr), spec=spec,
+                             loss_fn=fit, opt=opt or optax.sgd(lr), spec=spec,
                              max_count=task.max_count)
     return trained
 

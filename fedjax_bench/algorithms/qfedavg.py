@@ -29,6 +29,8 @@ class Hparams(rounds.Synchronous):
 
 def build(task, world, hp: Hparams) -> FederatedAlgorithm:
   hp = coerce(Hparams, hp)
+  hp.require_sgd("qfedavg", "L = 1 / eta_l, the paper's Lipschitz estimate, is read from the "
+                 "step size of plain local SGD (Li et al. 2020, Algorithm 2)")
   sopt = hp.optimizer()
   q = hp.qffl_q
   static_zero = isinstance(q, (int, float)) and not q

@@ -40,6 +40,8 @@ class Hparams(fedavg.Hparams):
 
 def build(task, world, hp: Hparams) -> FederatedAlgorithm:
   hp = coerce(Hparams, hp)
+  hp.require_sgd("scaffold", "option II's c_i+ = c_i - c + (x - y_i) / (K_i eta_l) is the mean "
+                 "gradient of K_i plain SGD steps (Karimireddy et al. 2020, Algorithm 1)")
   sopt = hp.optimizer()
   n = world.num_clients
   hold_zero = hp.control_variates == "zero"

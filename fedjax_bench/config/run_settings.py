@@ -20,6 +20,16 @@ class EvalSettings:
   optimality_gap: bool = setting(False, "Solve for f* once (cached) and report optimality_gap "
                                  "= train_loss - f*, and dist_sq/rel_dist_sq to theta*; "
                                  "train_loss is then over all training examples.")
+  finetune_steps: int = setting(0, "Personalization evaluation of the global model (FL-bench's "
+                                "and TFF's): at each evaluation every client fine-tunes it with "
+                                "this many local SGD steps on its own training data (batches as "
+                                "--batch_size and --sampling draw them, from a key of their "
+                                "own: the training is unchanged) and is scored on its own test "
+                                "data (--holdout_fraction): finetuned_test_accuracy, its std, "
+                                "worst and best 10%. 0: off.", check=NON_NEGATIVE)
+  finetune_lr: float = setting(0.0, "The fine-tuning SGD step size of --finetune_steps (0: "
+                               "the run's --client_lr).", check=NON_NEGATIVE,
+                               used_if=lambda ev: ev.finetune_steps > 0)
 
 
 @section("run and output")

@@ -34,6 +34,13 @@ _NAMES = (
     "client_models", "examples",
     # round-key purposes added since (appended: a run's recorded bindings stay as they were)
     "stragglers", "local_optimum", "dp_noise", "personal_train",
+    # IFCA's cluster models after the first (algorithms/ifca.py)
+    "clusters",
+    # DP-FedAvg with adaptive clipping: the noise on the unclipped count (algorithms/dp_fedavg.py)
+    "dp_count_noise",
+    # a run's evaluation after t rounds (`eval_key`) and its fine-tuning (--finetune_steps);
+    # FedRep's head steps before the body's (algorithms/fedrep.py)
+    "evaluation", "finetune", "head_train",
 )
 PURPOSES = {name: zlib.crc32(f"fedjax_bench/{name}".encode()) for name in _NAMES}
 assert len(set(PURPOSES.values())) == len(PURPOSES)
@@ -59,6 +66,12 @@ def init_key(run_key: jax.Array) -> jax.Array:
 def round_key(run_key: jax.Array, t) -> jax.Array:
   """The key of round (or asynchronous event) t of a run."""
   return jax.random.fold_in(for_purpose(run_key, "rounds"), t)
+
+
+def eval_key(run_key: jax.Array, t) -> jax.Array:
+  """The key of a run's evaluation after t rounds (a phase of its own beside "rounds", so
+  nothing an evaluation draws is drawn by the training)."""
+  return jax.random.fold_in(for_purpose(run_key, "evaluation"), t)
 
 
 def per_client(key: jax.Array, client_ids: jax.Array) -> jax.Array:

@@ -22,11 +22,13 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from fedjax_bench.core import client_map, keys
+from fedjax_bench.core import client_map, keys, parts
 from fedjax_bench.core import swaps as swaps_lib
-from fedjax_bench.settings import NON_NEGATIVE, POSITIVE, at_least, section, setting
+from fedjax_bench.errors import UsageError
+from fedjax_bench.settings import DECAY, NON_NEGATIVE, POSITIVE, at_least, section, setting
 
 SAMPLINGS = ("shuffle", "shuffle_drop_last", "replacement")
+CLIENT_OPTS = ("sgd", "momentum", "adam", "adamw")
 # Bytes of minibatches read ahead of local training, over all clients trained at once.
 GATHER_BUDGET = 64 << 20
 
@@ -43,11 +45,93 @@ class LocalTraining:
                           "dropped as PyTorch's drop_last=True (shuffle_drop_last; the FedAWE "
                           "and FedALIGN authors' code), or uniform with replacement.",
                           choices=SAMPLINGS)
-  client_lr: float = setting(0.1, "Client SGD learning rate (eta_0 of a schedule).",
+  client_lr: float = setting(0.1, "Client learning rate: the step size of --client_opt (eta_0 "
+                             "of a schedule).",
                              check=POSITIVE, sweep=True)
   client_width: int = setting(-1, "Clients trained at once (vmapped) per step of a loop over "
                               "the cohort: 0 = the whole cohort, -1 = auto (4 on CPU, 0 on "
                               "GPU/TPU). Changes speed, not results.", check=at_least(-1))
+
+
+_ADAM = lambda hp: hp.client_opt in ("adam", "adamw")
+
+
+@section("local training")
+class ClientOptimizer:
+  """The optimizer of every client's local steps, built from optax. It is made afresh for
+  each local run, so its state (momentum, moments, Adam's step count) starts at zero every
+  round, as the client optimizer of FedOpt (Reddi et al., ICLR 2021, Algorithm 1's ClientOpt).
+
+    sgd       w <- w - lr g
+    momentum  m <- g + beta m;  w <- w - lr m                (heavy ball, optax.sgd's trace)
+    adam      Kingma & Ba (ICLR 2015), Algorithm 1: bias-corrected moments, eps outside the
+              square root (optax.adam)
+    adamw     Loshchilov & Hutter (ICLR 2019), Algorithm 2: adam plus the decoupled decay
+              lr * wd * w, the paper's lambda = lr * wd (optax.adamw, torch.optim.AdamW)
+  with g the minibatch gradient of the client's local objective (an algorithm's terms
+  included), first clipped to global L2 norm --client_grad_clip when that is > 0
+  (optax.clip_by_global_norm)."""
+  client_opt: str = setting("sgd", "Client optimizer of local training (optax; its state starts "
+                            "at zero every round): sgd; momentum (heavy ball, "
+                            "--client_momentum); adam (Kingma & Ba 2015); adamw (Loshchilov & "
+                            "Hutter 2019, --client_weight_decay).", choices=CLIENT_OPTS)
+  # A beta of 1 freezes its average (Adam's bias correction divides by 1 - beta^t); an eps
+  # of 0 divides 0 by 0 where a coordinate's gradients are all 0.
+  client_momentum: float = setting(0.9, "Momentum beta of --client_opt=momentum: m = g + beta "
+                                   "m, step -lr m (0 is sgd).", sweep=True, check=DECAY,
+                                   used_if=lambda hp: hp.client_opt == "momentum")
+  client_beta1: float = setting(0.9, "beta1 of --client_opt=adam/adamw.", sweep=True,
+                                check=DECAY, used_if=_ADAM)
+  client_beta2: float = setting(0.999, "beta2 of --client_opt=adam/adamw.", sweep=True,
+                                check=DECAY, used_if=_ADAM)
+  client_eps: float = setting(1e-8, "epsilon of --client_opt=adam/adamw, outside the square "
+                              "root (Kingma & Ba's).", sweep=True, check=POSITIVE,
+                              used_if=_ADAM)
+  client_weight_decay: float = setting(1e-4, "Decoupled weight decay of --client_opt=adamw, as "
+                                       "optax and PyTorch take it: a step also subtracts lr * "
+                                       "this * w (the paper's lambda = lr * this; optax's "
+                                       "default). L2 in the loss: --l2.", sweep=True,
+                                       check=NON_NEGATIVE,
+                                       used_if=lambda hp: hp.client_opt == "adamw")
+  client_grad_clip: float = setting(0.0, "Clip each local gradient to this global L2 norm "
+                                    "before the client optimizer (0: off).",
+                                    check=NON_NEGATIVE)
+
+  def client_optimizer(self, lr) -> optax.GradientTransformation:
+    """--client_opt at step size ``lr`` (traced or not), after --client_grad_clip. sgd is
+    ``optax.sgd(lr)`` itself, the program every run made before --client_opt existed."""
+    return client_optimizer(self.client_opt, lr, momentum=self.client_momentum,
+                            b1=self.client_beta1, b2=self.client_beta2, eps=self.client_eps,
+                            weight_decay=self.client_weight_decay,
+                            clip=self.client_grad_clip)
+
+  def require_sgd(self, algo: str, why: str) -> None:
+    """Refuses a client optimizer other than plain SGD for a method whose update reads the
+    SGD steps themselves (``why``: what of its paper does)."""
+    if self.client_opt != "sgd" or self.client_grad_clip:
+      given = (f"--client_opt={self.client_opt}" if self.client_opt != "sgd"
+               else f"--client_grad_clip={self.client_grad_clip:g}")
+      raise UsageError(f"{given} is not valid for --algo={algo}: {why}; valid: --client_opt=sgd "
+                       "without --client_grad_clip")
+
+
+def client_optimizer(name: str, lr, *, momentum=0.9, b1=0.9, b2=0.999, eps=1e-8,
+                     weight_decay=1e-4, clip=0.0) -> optax.GradientTransformation:
+  """The client optimizer ``name`` (`CLIENT_OPTS`, `ClientOptimizer`) at step size ``lr``;
+  with ``clip`` > 0 each gradient is first clipped to that global L2 norm."""
+  if name == "sgd":
+    opt = optax.sgd(lr)
+  elif name == "momentum":
+    opt = optax.sgd(lr, momentum=momentum)
+  elif name == "adam":
+    opt = optax.adam(lr, b1=b1, b2=b2, eps=eps)
+  elif name == "adamw":
+    opt = optax.adamw(lr, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay)
+  else:
+    raise UsageError(f"unknown --client_opt={name!r}; valid: {', '.join(CLIENT_OPTS)}")
+  if clip:  # 0 (off) adds nothing to the program
+    opt = optax.chain(optax.clip_by_global_norm(clip), opt)
+  return opt
 
 
 class LocalSpec(NamedTuple):
@@ -134,7 +218,7 @@ def step_positions(key, count, *, spec: LocalSpec, max_count: int):
 
 def train(params, key, count, num_steps, *, fetch: Callable, loss_fn: Callable,
           opt: optax.GradientTransformation, spec: LocalSpec, max_count: int,
-          gather_limit: int = 0, positions=None):
+          gather_limit: int = 0, positions=None, update_state: Optional[Callable] = None):
   """Runs one client's local steps; returns (new params, mean loss over its steps).
 
   ``fetch(positions) -> (x, y)`` reads the client's examples at positions in [0, count)
@@ -148,6 +232,10 @@ def train(params, key, count, num_steps, *, fetch: Callable, loss_fn: Callable,
   read in one gather before the scan (fewer, larger ops: 1.2x faster steps for
   logistic regression on CPU); otherwise each step reads its own. The numbers are the
   same either way. ``positions``: this client's `step_positions`, when drawn already.
+
+  ``update_state(params, new_params, xb, wb, rng) -> new_params`` (a batch-norm model's
+  `Task.update_state`) sets what a step changes besides the optimizer's update: the
+  running statistics of the step's forward pass.
   """
   noise_key = keys.for_purpose(key, "local_noise")
   grad_fn = jax.value_and_grad(loss_fn)
@@ -164,9 +252,13 @@ def train(params, key, count, num_steps, *, fetch: Callable, loss_fn: Callable,
     s, p, opt_state, loss_sum = carry
     wb = w[s]
     xb, yb = jax.tree.map(lambda a: a[s], batches) if read_ahead else fetch(batches[s])
-    loss, g = grad_fn(p, xb, yb, wb, jax.random.fold_in(noise_key, s))
+    rng = jax.random.fold_in(noise_key, s)
+    loss, g = grad_fn(p, xb, yb, wb, rng)
     updates, opt_state = opt.update(g, opt_state, p)
-    return s + 1, optax.apply_updates(p, updates), opt_state, loss_sum + loss
+    new = optax.apply_updates(p, updates)
+    if update_state is not None:
+      new = update_state(p, new, xb, wb, rng)
+    return s + 1, new, opt_state, loss_sum + loss
 
   # A while loop, not a scan of max_steps masked steps: a client costs its own steps
   # (vmapped over clients it runs to their largest num_steps, the others' state held).
@@ -183,7 +275,8 @@ def train_cohort(task, world, params, ids, key, *, opt: optax.GradientTransforma
                  sum_weights: Optional[jax.Array] = None,
                  valid: Optional[jax.Array] = None,
                  transform: Optional[Callable] = None,
-                 keep: Optional[Callable] = None):
+                 keep: Optional[Callable] = None,
+                 client_loss: Optional[Callable] = None):
   """Local training of the cohort ``ids``, each client with its own key and its world
   step budget: (deltas x_i - start_i [cap, ...], mean losses [cap]).
 
@@ -191,7 +284,11 @@ def train_cohort(task, world, params, ids, key, *, opt: optax.GradientTransforma
   of ``params`` (a [cap, ...] pytree, e.g. FedAWE's stored local models).
   ``loss_fn`` defaults to ``task.loss``; ``width`` is ``client_map.map_clients``'s.
   ``loss_scale`` ([num_clients], optional) multiplies client i's loss by
-  ``loss_scale[i]`` (the reported losses are the scaled ones).
+  ``loss_scale[i]`` (the reported losses are the scaled ones). ``client_loss(i) ->
+  loss_fn`` (optional, instead of ``loss_fn``) is client i's own objective, for a method
+  whose local objective reads a value of the client's (FedRep's body steps: its head).
+  The parameters of a batch-norm model (`parts.has_state`) carry their running
+  statistics, which every step updates (`Task.update_state`).
 
   With ``sum_weights`` ([cap]) it returns (sum_i w_i delta_i, mean losses [cap]) instead,
   never holding every client's delta at once (`client_map.map_clients_sum`).
@@ -223,14 +320,16 @@ def train_cohort(task, world, params, ids, key, *, opt: optax.GradientTransforma
     prepare = lambda i, k, *_: step_positions(k, task.counts[i], spec=spec,
                                               max_count=task.max_count)
 
+  update = task.update_state if parts.has_state(params) else None
+
   def one(i, k, start, *drawn):
-    fn = loss_fn
+    fn = loss_fn if client_loss is None else client_loss(i)
     if loss_scale is not None:
       fn = lambda *args: loss_scale[i] * loss_fn(*args)
     new, loss = train(start, k, task.counts[i], world.client_steps[i],
                       fetch=task.client_data(i), loss_fn=fn, opt=opt, spec=spec,
                       max_count=task.max_count, gather_limit=GATHER_BUDGET // at_once,
-                      positions=drawn or None)
+                      positions=drawn or None, update_state=update)
     delta = jax.tree.map(jnp.subtract, new, start)
     kept = None if keep is None else keep(i, delta)
     if transform is not None:

@@ -47,3 +47,14 @@ def pair_start(params, v):
   """`corrected`'s per-client start: (``params`` repeated for each of v's rows, v)."""
   rows = jax.tree.leaves(v)[0].shape[0]
   return jax.tree.map(lambda a: jnp.broadcast_to(a, (rows,) + a.shape), params), v
+
+
+def with_gradient(value, params, grad):
+  """A scalar equal to ``value`` whose gradient in ``params`` is ``grad`` (a tree like
+  ``params``), both held constant: for a local step that a method defines by its update
+  direction rather than by a loss (pFedMe's Moreau envelope gradient, Per-FedAvg's
+  meta-gradient), so that the client optimizer steps along it. The gradient is ``grad``
+  exactly (the transpose of <grad, params> in params is 1 * grad)."""
+  linear = sum(jnp.vdot(jax.lax.stop_gradient(g), p)
+               for g, p in zip(jax.tree.leaves(grad), jax.tree.leaves(params)))
+  return jax.lax.stop_gradient(value) + _gradient_only(linear)

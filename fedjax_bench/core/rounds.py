@@ -10,7 +10,7 @@ import optax
 
 from fedjax_bench.core import cohort as cohort_lib, keys, local, schedules
 from fedjax_bench.core.cohort import Cohort
-from fedjax_bench.core.local import LocalTraining
+from fedjax_bench.core.local import ClientOptimizer, LocalTraining
 from fedjax_bench.core.schedules import ClientLrSchedule
 from fedjax_bench.core.server_opt import ServerOptimizer
 from fedjax_bench.core.types import with_count
@@ -35,9 +35,9 @@ def static(value, name: str):
 
 
 @section("local training")
-class Synchronous(LocalTraining, ClientLrSchedule, ServerOptimizer):
-  """What every synchronous algorithm reads: local training, its learning-rate schedule and
-  the server optimizer."""
+class Synchronous(ClientOptimizer, LocalTraining, ClientLrSchedule, ServerOptimizer):
+  """What every synchronous algorithm reads: local training, its client optimizer and
+  learning-rate schedule, and the server optimizer."""
 
 
 def init_server(task, world, sopt: optax.GradientTransformation, key, aux=()) -> ServerState:
@@ -60,16 +60,21 @@ def observe(world, server: ServerState, key) -> tuple[jax.Array | None, Cohort, 
 
 
 def train(task, world, hp: Synchronous, start, c: Cohort, key, t, *, per_client_start=False,
-          loss_fn=None, sum_weights=None, transform=None, keep=None):
-  """Local SGD of cohort ``c`` at round t's client learning rate: (deltas, losses), or
-  with ``sum_weights`` (sum_i w_i delta_i, losses), and with ``keep`` a third result
-  (`local.train_cohort`, as its ``transform`` and ``keep``)."""
+          loss_fn=None, sum_weights=None, transform=None, keep=None, opt=None,
+          client_loss=None):
+  """Local training of cohort ``c`` with the client optimizer (--client_opt) at round t's
+  client learning rate: (deltas, losses), or with ``sum_weights`` (sum_i w_i delta_i,
+  losses), and with ``keep`` a third result (`local.train_cohort`, as its ``transform``
+  and ``keep``). ``opt`` (an optax transformation) replaces the client optimizer: a
+  method's own local steps. ``client_loss``: `local.train_cohort`'s."""
   hp = coerce(Synchronous, hp)
+  if opt is None:
+    opt = hp.client_optimizer(schedules.client_lr(hp, t))
   return local.train_cohort(
-      task, world, start, c.ids, key, opt=optax.sgd(schedules.client_lr(hp, t)),
+      task, world, start, c.ids, key, opt=opt,
       batch_size=hp.batch_size, sampling=hp.sampling, width=hp.client_width, loss_fn=loss_fn,
       per_client_start=per_client_start, sum_weights=sum_weights, valid=c.valid,
-      transform=transform, keep=keep)
+      transform=transform, keep=keep, client_loss=client_loss)
 
 
 def apply_update(sopt: optax.GradientTransformation, server: ServerState, delta, world_state,

@@ -20,8 +20,20 @@ class FederatedAlgorithm(NamedTuple):
   # The parameters that evaluation scores; None means `server_state.params`.
   eval_params: Optional[Callable[[ServerState, ClientStates], Params]] = None
   # Personalized algorithms: every client's own model ([num_clients, ...] leaves, this
-  # device's rows of the client states), scored on each client's own test data.
-  personal_params: Optional[Callable[[ServerState, ClientStates], Params]] = None
+  # device's rows of the client states), or a `Personal` (a shared model and per-client
+  # parts), scored on each client's own test data (personal_test_accuracy and its spread).
+  personal_params: Optional[Callable[[ServerState, ClientStates], Any]] = None
+
+
+class Personal(NamedTuple):
+  """Personal models as a shared model and per-client parts, which `personal_params` may
+  return instead of whole per-client models: client i's model is ``shared`` with the leaves
+  of row i of ``rows`` in place (``rows``: a tree of ``shared``'s structure, [num_clients,
+  ...] leaves where a client has its own, None at the shared ones; `core.parts.select`).
+  Scored without making any client's whole model but a chunk's at a time, so a part of
+  O(d_part) per client (FedPer's head, FedBN's batch norm) stays O(d_part) per client."""
+  shared: Params
+  rows: Params
 
 
 class Variant(NamedTuple):

@@ -51,11 +51,10 @@ import logging
 import os
 import pathlib
 import re
-import zlib
 
 import numpy as np
 
-from fedjax_bench.data import natural, text
+from fedjax_bench.data import text
 from fedjax_bench.data.natural import check_partition, choose, data_settings, subsample_test
 from fedjax_bench.data.federated import Dataset, FederatedData
 from fedjax_bench.errors import UsageError

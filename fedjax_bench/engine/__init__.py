@@ -24,7 +24,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from fedjax_bench import settings
 from fedjax_bench.config.run_settings import RunSettings
 from fedjax_bench.core import cohort, keys
-from fedjax_bench.core.types import (FederatedAlgorithm, count_name, is_count,
+from fedjax_bench.core.types import (FederatedAlgorithm, Personal, count_name, is_count,
                                      params_to_evaluate)
 from fedjax_bench.engine import checkpoint as checkpoint_lib
 from fedjax_bench.engine import compile_cache
@@ -257,14 +257,23 @@ def run(build: Builder, task: Task, hparams: dict, *, seeds: list[int], rounds: 
     state, metrics = jax.lax.scan(step, state, None, length=length)
     return state, _reduce_block(metrics)
 
-  def eval_one(hp_run, state, *data):
-    server, clients = state[:2]
+  def eval_one(hp_run, seed_key, state, *data):
+    server, clients, t = state[:3]
     scored = task.for_run(data[0].task) if data else task
     alg = algorithm(hp_run, *data)
-    out = scored.evaluate(params_to_evaluate(alg, server, clients))
+    params = params_to_evaluate(alg, server, clients)
+    out = scored.evaluate(params)
     if alg.personal_params is not None and scored.client_test is not None:
-      personal = cohort.population(alg.personal_params(server, clients))
+      personal = alg.personal_params(server, clients)
+      if isinstance(personal, Personal):  # only the per-client parts are gathered
+        personal = personal._replace(rows=cohort.population(personal.rows))
+      else:
+        personal = cohort.population(personal)
       out.update(scored.evaluate_clients(personal, "personal_test", per_client=True))
+    if scored.finetune is not None and scored.client_test is not None:
+      lr = scored.finetune.lr or _setting(with_point(hparams, hp_run), "client_lr")
+      key = keys.for_purpose(keys.eval_key(seed_key, t), "finetune")
+      out.update(scored.evaluate_finetuned(params, key, lr))
     return out
 
   compile_seconds = 0.0
@@ -288,9 +297,9 @@ def run(build: Builder, task: Task, hparams: dict, *, seeds: list[int], rounds: 
                                 init=True), state_sharding, swept, seed_keys, *extra)
   state = init_exe(swept, seed_keys, *extra)
   eval_exe = compiled(
-      over_runs(eval_one, sharding, in_specs=(PartitionSpec("runs"), specs)
+      over_runs(eval_one, sharding, in_specs=(PartitionSpec("runs"),) * 2 + (specs,)
                 + (PartitionSpec("runs"),) * len(extra), num_clients=num_clients),
-      sharding, swept, state, *extra)
+      sharding, swept, seed_keys, state, *extra)
   block_exes = {}
 
   def block_exe(length):
@@ -309,7 +318,7 @@ def run(build: Builder, task: Task, hparams: dict, *, seeds: list[int], rounds: 
   # Per run, 0 or the round from which it diverged: its parameters (checked every round
   # on the device, state[3]) or its evaluated losses (checked here) were not finite.
   if resumed is None:
-    eval_rounds, records = [0], [(_fetch(eval_exe(swept, state, *extra)), {})]
+    eval_rounds, records = [0], [(_fetch(eval_exe(swept, seed_keys, state, *extra)), {})]
     done, run_seconds = 0, 0.0
     diverged = _diverged(np.zeros(num_runs, np.int32), _fetch(state[3]), records[0][0], 0)
     records[0] = _mask_diverged(records[0], diverged)
@@ -328,7 +337,7 @@ def run(build: Builder, task: Task, hparams: dict, *, seeds: list[int], rounds: 
     exe = block_exe(length)
     t0 = time.perf_counter()
     state, block_metrics = exe(swept, seed_keys, state, *extra)
-    evals = eval_exe(swept, state, *extra)
+    evals = eval_exe(swept, seed_keys, state, *extra)
     evals, block_metrics, on_device = _fetch((evals, block_metrics, state[3]))
     run_seconds += time.perf_counter() - t0
     done += length
@@ -359,6 +368,14 @@ def with_point(hparams, point: dict):
   if settings.is_settings(hparams):
     return settings.replace(hparams, point)
   return {**hparams, **point}
+
+
+def _setting(hparams, name: str):
+  """A setting's value in the hyperparameters (a settings object or a plain dict)."""
+  value = hparams.get(name) if isinstance(hparams, dict) else getattr(hparams, name, None)
+  if value is None:
+    raise UsageError(f"the hyperparameters hold no {name}; give --finetune_lr")
+  return value
 
 
 def _check_grid(hparams, grid: list[dict]) -> None:

@@ -20,6 +20,7 @@ from flax import linen as nn
 
 from fedjax_bench.data.federated import is_tokens
 from fedjax_bench.errors import UsageError
+from fedjax_bench.models.batch_norm import FedBNCNN, MLPBN
 from fedjax_bench.models.cnn import CNN, PAPER_CNNS
 from fedjax_bench.models.dense import MLP, Linear, LogReg
 from fedjax_bench.models.preprocess import as_normalize
@@ -74,6 +75,11 @@ for _name, _config in PAPER_CNNS.items():
   register(_name, lambda n, normalize, _config=_config: CNN(_config, n, normalize=normalize),
            image=True, aliases=CNN_ALIASES.get(_name, ()))
 register("char_lstm", "fedjax_bench.models.char_lstm:build", tokens=True, normalizes=False)
+# With batch normalization (models/batch_norm.py; FedBN's local layers): the MLP with a
+# BatchNorm after each hidden layer, and the FedBN paper's digits CNN.
+register("mlp_bn", lambda n, normalize, mlp_hidden: MLPBN(tuple(mlp_hidden), n,
+                                                          normalize=normalize), hidden=True)
+register("fedbn_cnn", lambda n, normalize: FedBNCNN(n, normalize=normalize), image=True)
 # The valid --model values: the names, then the aliases.
 MODELS = tuple(n for n, m in MODELS_BY_NAME.items() if n == m.name) + tuple(
     n for n, m in MODELS_BY_NAME.items() if n != m.name)

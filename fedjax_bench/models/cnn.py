@@ -5,7 +5,8 @@ the output layer. What the papers vary is a `CNNConfig`: the convolutions, where
 and the dropout sit, the initialization, and the layout: ``"torch"`` flattens in PyTorch's
 C,H,W order and stores dense kernels [out, in] (`DenseOI`), so every weight compares with the
 PyTorch model's; ``"flax"`` flattens H,W,C into `nn.Dense`'s [in, out] kernels. The
-convolutions are `Conv`, whose gradient XLA:CPU runs fast inside loops.
+convolutions are `Conv` and the pooling `max_pool` (models/conv.py), whose gradients XLA:CPU
+runs fast inside loops.
 """
 
 import dataclasses
@@ -14,7 +15,7 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
-from fedjax_bench.models.conv import Conv
+from fedjax_bench.models.conv import Conv, max_pool
 from fedjax_bench.models.dense import DENSE_INITS, DenseOI
 from fedjax_bench.models.preprocess import Normalize, standardize
 
@@ -89,7 +90,7 @@ class CNN(nn.Module):
       x = nn.relu(Conv(features, (c.kernel, c.kernel), padding=c.padding,
                        kernel_init=kernel_init, bias_init=bias_init)(x))
       if c.pool == "each" or i == len(c.channels) - 1:
-        x = nn.max_pool(x, (2, 2), strides=(2, 2))
+        x = max_pool(x)
     if c.dropout_at == "features":
       x = self._drop(x, train)
     if c.layout == "torch":

@@ -1,4 +1,4 @@
-"""A 2-D convolution whose gradients XLA:CPU runs fast inside loops.
+"""A 2-D convolution and a 2x2 max pooling whose gradients XLA:CPU runs fast inside loops.
 
 Inside a `lax.scan` (local steps, rounds), XLA:CPU folds the transposes of a convolution's
 backward pass into the convolution's dimension numbers and then runs the weight and
@@ -12,6 +12,12 @@ loop body (CPU)", open.)
 Use it as ``nn.Conv(..., conv_general_dilated_cls=FastGradConv)``. Only stride-1,
 undilated, ungrouped NHWC convolutions on CPU take the rewritten gradient; anything
 else is `lax.conv_general_dilated` unchanged.
+
+`max_pool` is flax's ``nn.max_pool(x, (2, 2), strides=(2, 2))`` with its gradient written
+out as a select of each window's first maximum: XLA:CPU runs the select-and-scatter that
+JAX differentiates a max pooling into about 19x slower than the written-out select, and on
+the FedAvg paper's CNN those scatters were a quarter of a local step (docs/performance.md,
+"Convolutions on CPU"). The same values and gradients, bit for bit.
 """
 
 from functools import partial
@@ -77,3 +83,58 @@ class FastGradConv:
 def Conv(*args, **kwargs) -> nn.Conv:  # noqa: N802  (a module constructor)
   """`nn.Conv` with `FastGradConv`: the same parameters, names and numbers."""
   return nn.Conv(*args, conv_general_dilated_cls=FastGradConv, **kwargs)
+
+
+def max_pool(x: jax.Array) -> jax.Array:
+  """2x2 max pooling with stride 2 of an NHWC batch, VALID (an odd last row or column is
+  left out): ``nn.max_pool(x, (2, 2), strides=(2, 2))``, bit for bit in value and
+  gradient. On CPU the gradient goes to each window's first maximum by a select (`_pool`);
+  elsewhere this is ``nn.max_pool`` itself."""
+  if x.ndim != 4 or jax.default_backend() != "cpu":
+    return nn.max_pool(x, (2, 2), strides=(2, 2))
+  return _pool(x)
+
+
+def _corners(x):
+  """The four elements of every 2x2 window, in the window's row-major order, each
+  [B, H // 2, W // 2, C]."""
+  b, h, w, c = x.shape
+  x = x[:, :h // 2 * 2, :w // 2 * 2].reshape(b, h // 2, 2, w // 2, 2, c)
+  return [x[:, :, i, :, j] for i in (0, 1) for j in (0, 1)]
+
+
+def _maximum(corners):
+  # max(a, b, c, d) in the window's order, as XLA's reduce_window computes it.
+  out = corners[0]
+  for q in corners[1:]:
+    out = lax.max(out, q)
+  return out
+
+
+@jax.custom_vjp
+def _pool(x):
+  return _maximum(_corners(x))
+
+
+def _pool_fwd(x):
+  # Which corner JAX's gradient picks: its select-and-scatter keeps the element selected
+  # so far unless that is not >= the next one (lax.ge), so ties go to the first, and a NaN
+  # passes the choice on.
+  corners = _corners(x)
+  chosen, which = corners[0], jnp.zeros(corners[0].shape, jnp.int8)
+  for k, q in enumerate(corners[1:], 1):
+    later = ~(chosen >= q)
+    chosen, which = jnp.where(later, q, chosen), jnp.where(later, jnp.int8(k), which)
+  return _maximum(corners), (which, x.shape)
+
+
+def _pool_bwd(res, g):
+  which, (b, h, w, c) = res
+  # The scatter adds g to a zero: a -0.0 arrives as 0.0, hence g != 0 (NaN passes).
+  keep = lambda k: jnp.where((which == k) & (g != 0), g, jnp.zeros((), g.dtype))
+  rows = [jnp.stack([keep(2 * i), keep(2 * i + 1)], axis=3) for i in (0, 1)]
+  dx = jnp.stack(rows, axis=2).reshape(b, h // 2 * 2, w // 2 * 2, c)
+  return (jnp.pad(dx, ((0, 0), (0, h % 2), (0, w % 2), (0, 0))),)
+
+
+_pool.defvjp(_pool_fwd, _pool_bwd)

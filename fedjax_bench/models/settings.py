@@ -14,7 +14,8 @@ class ModelSettings:
   model: str = setting("logreg", "Model (docs/models.md). Aliases: " + ", ".join(
       f"{alias} = {name}" for alias, name in ALIASES.items()) + ".",
       choices=models_lib.MODELS, aliases=ALIASES)
-  mlp_hidden: tuple = setting((200, 200), "Hidden widths of --model=mlp.", check=WIDTHS)
+  mlp_hidden: tuple = setting((200, 200), "Hidden widths of --model=mlp and mlp_bn.",
+                              check=WIDTHS)
   zero_init: bool = setting(False, "Start from all-zero weights (--model=logreg only; the "
                             "FedAWE CPU experiment (toyfl); the default of the asynchronous "
                             "algorithms on MNIST, AREA's x0 = 0).")

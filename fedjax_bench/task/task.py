@@ -11,8 +11,12 @@ import numpy as np
 import optax
 from flax import linen as nn
 
+from fedjax_bench.core import local, parts
+from fedjax_bench.core.parts import STATE, has_state
+from fedjax_bench.core.types import Personal
 from fedjax_bench.data import augment
 from fedjax_bench.data.federated import pixels_to_float
+from fedjax_bench.models import batch_norm
 from fedjax_bench.task.evaluation import (_chunked, _divide, _mean_loss_and_accuracy,
                                           _optimum_metrics, _over_clients)
 
@@ -63,6 +67,16 @@ class ClientTest(NamedTuple):
   tail: int         # static: the clients in a "worst/best 10%" (ceil(0.1 x those with data))
 
 
+class Finetune(NamedTuple):
+  """The personalization evaluation of a global model (--finetune_steps): every client
+  fine-tunes it with ``steps`` local SGD steps on its own training data (minibatches as
+  local training draws them) and is scored on its own test data."""
+  steps: int
+  batch_size: int
+  sampling: str = "shuffle"
+  lr: float = 0.0  # 0: the run's --client_lr (the engine reads it)
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class Task:
   model: nn.Module
@@ -100,6 +114,8 @@ class Task:
   view: TaskView | None = None
   # Each client's own test data (--holdout_fraction), or None.
   client_test: "ClientTest | None" = None
+  # The fine-tuning evaluation of the global model (--finetune_steps), or None.
+  finetune: "Finetune | None" = None
 
   @property
   def num_clients(self) -> int:
@@ -148,15 +164,25 @@ class Task:
     return self.x, self.y, v.train_eval_index, v.train_eval_count
 
   def init_params(self, key: jax.Array) -> Any:
+    """The model's parameters; with batch norm its variables ``{"params": ...,
+    "batch_stats": ...}`` (`parts.has_state`), the running statistics traveling
+    with the parameters through every algorithm (averaged, sent, kept per client)."""
     x = pixels_to_float(self.x[:1]).reshape((1,) + self.feature_shape)
-    return self.model.init(key, x)["params"]
+    variables = self.model.init(key, x)
+    if STATE in variables:
+      return {"params": variables["params"], STATE: variables[STATE]}
+    return variables["params"]
 
-  def logits(self, params, x: jax.Array, rng: jax.Array | None = None) -> jax.Array:
+  def logits(self, params, x: jax.Array, rng: jax.Array | None = None,
+             mask: jax.Array | None = None) -> jax.Array:
     """x: [batch, D] flattened examples (uint8 pixels are scaled to [0, 1] here).
 
     With ``rng`` the model runs in training mode: the batch is augmented and dropout
-    is on, each with its own key. Evaluation passes no rng.
+    is on, each with its own key. Evaluation passes no rng. ``mask`` ([batch] bool): the
+    rows a batch-norm model's training-mode statistics count (`loss` passes w > 0).
     """
+    if has_state(params):
+      return self.forward(params, x, rng, mask)[0]
     x = pixels_to_float(x).reshape((-1,) + self.feature_shape)
     if rng is None:
       return self.model.apply({"params": params}, x)
@@ -167,6 +193,35 @@ class Task:
       return self.model.apply({"params": params}, x)
     return self.model.apply({"params": params}, x, train=True, rngs={"dropout": dropout_key})
 
+  def forward(self, variables, x: jax.Array, rng: jax.Array | None = None,
+              mask: jax.Array | None = None):
+    """A batch-norm model's (logits, running statistics after the batch). In training mode
+    (``rng``, see `logits`) each BatchNorm normalizes with the statistics of the batch's rows
+    that ``mask`` marks and moves its running statistics toward them; in evaluation it
+    normalizes with the running statistics (`batch_norm.readable`), which stay as they
+    are."""
+    x = pixels_to_float(x).reshape((-1,) + self.feature_shape)
+    if rng is None:
+      read = {**variables, STATE: batch_norm.readable(variables[STATE])}
+      return self.model.apply(read, x), variables[STATE]
+    aug_key, dropout_key = jax.random.split(rng)
+    if self.augmentation != "none":
+      x = augment.augment(aug_key, x, self.augmentation, batchwise=self.augment_batchwise)
+    out, new = self.model.apply(variables, x, train=True, mask=mask,
+                                rngs={"dropout": dropout_key}, mutable=[STATE])
+    return out, new[STATE]
+
+  def update_state(self, params, new_params, x, w, rng):
+    """``new_params`` (a local step's result from ``params``) with the running statistics
+    that the step's training-mode forward pass at ``params`` leaves (the same batch, rows
+    weighted ``w``, and ``rng``: the gradient's own augmentation and dropout); kept as they
+    were for a batch without weight. `core.local.train` calls it after each step of a
+    batch-norm model (one more forward pass a step)."""
+    _, stats = self.forward(params, x, rng, w > 0)
+    seen = jnp.sum(w) > 0
+    stats = jax.tree.map(lambda s, old: jnp.where(seen, s, old), stats, params[STATE])
+    return {**new_params, STATE: stats}
+
   def pointwise_loss(self, outputs: jax.Array, y: jax.Array) -> jax.Array:
     if self.loss_type == "squared_error":
       return 0.5 * jnp.square(outputs[..., 0] - y)
@@ -176,13 +231,16 @@ class Task:
            rng: jax.Array | None = None) -> jax.Array:
     """The loss averaged with example weights w (0 for padding; 0 if all w are 0), plus
     the penalty (l2/2)||params||² when l2 > 0. ``rng``: training mode (see `logits`)."""
-    per_example = self.pointwise_loss(self.logits(params, x, rng), y)
+    outputs = (self.logits(params, x, rng, w > 0) if has_state(params)
+               else self.logits(params, x, rng))
+    per_example = self.pointwise_loss(outputs, y)
     loss = jnp.sum(w * per_example) / jnp.maximum(jnp.sum(w), 1e-12)
     return loss + self.penalty(params) if self.l2 else loss
 
   def penalty(self, params) -> jax.Array:
-    """(l2/2) * the sum of squares of all parameters."""
-    return 0.5 * self.l2 * sum(jnp.sum(jnp.square(p)) for p in jax.tree.leaves(params))
+    """(l2/2) * the sum of squares of all parameters (not a batch norm's statistics)."""
+    leaves = jax.tree.leaves(params["params"] if has_state(params) else params)
+    return 0.5 * self.l2 * sum(jnp.sum(jnp.square(p)) for p in leaves)
 
   def evaluate(self, params) -> dict:
     """Central evaluation.
@@ -211,43 +269,75 @@ class Task:
   def evaluate_clients(self, params, prefix: str = "client_test",
                        per_client: bool = False) -> dict:
     """Accuracy over clients on their own test data (`client_test`): the mean over the
-    clients that hold any, its standard deviation, and the mean of the worst and of the
-    best 10% of them (q-FFL's statistics). ``per_client``: ``params`` has a leading
-    client axis, client i scored with its own row (a personalized model)."""
+    clients that hold any (PREFIX_accuracy), its standard deviation (_std), and the mean
+    of the worst and of the best 10% of them (_worst10, _best10; q-FFL's statistics).
+    ``per_client``: ``params`` has a leading client axis, client i scored with its own row
+    (a personalized model), or is a `Personal` (client i's model made from its row when
+    it is scored). Clients are scored 64 at a time."""
     ct = self.client_test
-
-    def one(p, rows, valid):
-      correct = jnp.argmax(self.logits(p, ct.x[rows]), -1) == ct.y[rows]
-      n = jnp.sum(valid)
-      return jnp.sum(correct & valid) / jnp.maximum(n, 1), n > 0
-
-    if per_client:
+    one = self._client_accuracy
+    if isinstance(params, Personal):
+      acc, has = jax.lax.map(lambda a: one(parts.merge(params.shared, a[0]), *a[1:]),
+                             (params.rows, ct.rows, ct.valid), batch_size=64)
+    elif per_client:
       acc, has = jax.lax.map(lambda a: one(*a), (params, ct.rows, ct.valid), batch_size=64)
     else:
       acc, has = jax.lax.map(lambda a: one(params, *a), (ct.rows, ct.valid), batch_size=64)
     return _over_clients(acc, has, ct.tail, prefix)
 
+  def evaluate_finetuned(self, params, key: jax.Array, lr) -> dict:
+    """`evaluate_clients`'s statistics, as finetuned_test_*, of ``params`` fine-tuned by
+    every client (`finetune`): ``finetune.steps`` SGD steps at ``lr`` of `core.local.train`
+    on its own training data, client i's minibatches drawn from ``fold_in(key, i)`` as local
+    training draws them from a client's key (``key``: the evaluation's "finetune" key, so
+    the training's draws are untouched). Clients fine-tune and are scored 64 at a time,
+    none of the tuned models kept."""
+    ft, ct = self.finetune, self.client_test
+    spec = local.LocalSpec(ft.steps, ft.batch_size, ft.sampling)
+    update = self.update_state if has_state(params) else None
+
+    def one(i, rows, valid):
+      tuned, _ = local.train(params, jax.random.fold_in(key, i), self.counts[i], ft.steps,
+                             fetch=self.client_data(i), loss_fn=self.loss, opt=optax.sgd(lr),
+                             spec=spec, max_count=self.max_count, update_state=update)
+      return self._client_accuracy(tuned, rows, valid)
+
+    clients = jnp.arange(self.num_clients, dtype=jnp.int32)
+    acc, has = jax.lax.map(lambda a: one(*a), (clients, ct.rows, ct.valid), batch_size=64)
+    return _over_clients(acc, has, ct.tail, "finetuned_test")
+
+  def _client_accuracy(self, params, rows, valid):
+    """(accuracy, has any) of one client's test rows ``rows`` (``valid`` the real ones)."""
+    ct = self.client_test
+    correct = jnp.argmax(self.logits(params, ct.x[rows]), -1) == ct.y[rows]
+    n = jnp.sum(valid)
+    return jnp.sum(correct & valid) / jnp.maximum(n, 1), n > 0
+
   def grad_norm_sq(self, params) -> jax.Array:
     """||grad f(params)||^2, f the mean loss over the scored training examples (the
     Fed-EF paper's full-batch gradient norm; all of them with --train_eval_examples=0)
-    plus the l2 penalty."""
+    plus the l2 penalty. A batch-norm model's running statistics are no parameters: the
+    gradient is its weights'."""
     x, y, rows, count = self.train_eval_set()
     n = (x.shape[0] if rows is None else rows.shape[0]) if count is None else count
     chunks, read = _chunked(self, x, y, rows, count)
+    weights, whole = params, lambda w: w
+    if has_state(params):
+      weights, whole = params["params"], lambda w: {**params, "params": w}
 
     def chunk_sum(p, batch):
       xb, yb, wb = read(batch)
-      return jnp.sum(wb * self.pointwise_loss(self.logits(p, xb), yb))
+      return jnp.sum(wb * self.pointwise_loss(self.logits(whole(p), xb), yb))
 
     def add(total, batch):
-      g = jax.grad(chunk_sum)(params, batch)
+      g = jax.grad(chunk_sum)(weights, batch)
       return jax.tree.map(jnp.add, total, g), None
 
-    zero = jax.tree.map(jnp.zeros_like, params)
+    zero = jax.tree.map(jnp.zeros_like, weights)
     total, _ = jax.lax.scan(add, zero, chunks)
     grad = jax.tree.map(lambda g: _divide(g, n), total)
     if self.l2:
-      grad = jax.tree.map(lambda g, p: g + self.l2 * p, grad, params)
+      grad = jax.tree.map(lambda g, p: g + self.l2 * p, grad, weights)
     return sum(jnp.sum(jnp.square(g)) for g in jax.tree.leaves(grad))
 
 

@@ -3,14 +3,13 @@ noise on the sum, the fixed denominator) under Poisson sampling, its reduction t
 and dp_epsilon against dp-accounting called here on its own."""
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tests.conftest import run_rounds, toy_setup
+from tests.conftest import loop_local_update, run_rounds, toy_setup
 from fedjax_bench import api
 from fedjax_bench.algorithms import dp_fedavg, fedavg
-from fedjax_bench.core import keys, local
+from fedjax_bench.core import keys
 from fedjax_bench.errors import UsageError
 from fedjax_bench.sim import participation
 
@@ -22,18 +21,9 @@ def _loop_round(task, world, hp, params, key, t, q):
   parameters' flattening order); the sum over qN."""
   mask = np.asarray(world.participation.sample(keys.for_purpose(key, "participation"), t))
   train_key = keys.for_purpose(key, "local_train")
-  grad = jax.jit(jax.grad(task.loss))
   total = jax.tree.map(lambda a: np.zeros(a.shape, np.float64), params)
   for i in np.flatnonzero(mask):
-    k = keys.for_purpose(jax.random.fold_in(train_key, int(i)), "local_sampling")
-    off, cnt = int(task.offsets[i]), int(task.counts[i])
-    p, perm = params, jnp.arange(task.max_count, dtype=jnp.int32)
-    for s in range(int(world.client_steps[i])):
-      pos, w, perm = local.batch_positions(k, s, cnt, perm, batch_size=hp["batch_size"],
-                                           sampling="shuffle")
-      g = grad(p, task.x[off + pos], task.y[off + pos], w)
-      p = jax.tree.map(lambda a, b: a - hp["client_lr"] * b, p, g)
-    d = jax.tree.map(lambda a, b: np.asarray(a, np.float64) - np.asarray(b), p, params)
+    d = loop_local_update(task, world, hp, params, train_key, i)
     norm = np.sqrt(sum(np.sum(np.square(a)) for a in jax.tree.leaves(d)))
     scale = min(1.0, hp["dp_clip"] / norm)
     total = jax.tree.map(lambda s_, a: s_ + scale * a, total, d)

@@ -125,13 +125,20 @@ def test_settings_that_take_effect_are_accepted():
 
 def _small_experiment(algo, dataset):
   cfg = config.resolve(algo=algo, **{k: v for k, v in _SMALL.items()
-                                     if k in config.specs(algo)})
+                                     if k in config.specs(algo)}, **_MODELS.get(algo, {}))
   return experiment.setup(cfg, dataset=dataset)
+
+
+# A head and a body need two layers (fedper, fedrep); fedbn's part is a model's batch norm.
+_MODELS = {"fedper": dict(model="mlp", mlp_hidden=(4,)),
+           "fedrep": dict(model="mlp", mlp_hidden=(4,)),
+           "fedbn": dict(model="mlp_bn", mlp_hidden=(4,))}
 
 
 _SMALL = dict(num_clients=12, local_steps=2, batch_size=4, train_eval_examples=0,
               clients_per_round=4, num_priority=2, test_mix="official",
-              holdout_fraction=0.25)  # ditto is scored on per-client test data
+              holdout_fraction=0.25,  # ditto is scored on per-client test data
+              dp_clip_count_stddev=0.5)  # dp_fedavg_adaptive's z < 2 sigma_b at 4 a round
 
 
 def test_every_declared_sweepable_setting_traces():

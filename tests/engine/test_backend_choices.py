@@ -1,5 +1,5 @@
 """What a GPU or TPU build would choose, inspected on this CPU: the CPU-only code paths (the
-written-out convolution gradients, the CPU client width) must not be taken there."""
+written-out convolution and pooling gradients, the CPU client width) must not be taken there."""
 
 import jax
 import jax.numpy as jnp
@@ -38,10 +38,12 @@ def _forward_jaxpr(backend: str, monkeypatch) -> str:
 
 
 @pytest.mark.parametrize("backend", ["gpu", "tpu"])
-def test_accelerators_use_lax_convolution_gradients(monkeypatch, backend):
+def test_accelerators_use_lax_convolution_and_pooling_gradients(monkeypatch, backend):
   jaxpr = _forward_jaxpr(backend, monkeypatch)
   assert "custom_vjp" not in jaxpr and "conv_general_dilated" in jaxpr
+  assert "reduce_window_max" in jaxpr  # flax's max pooling
 
 
-def test_cpu_uses_the_written_out_convolution_gradients(monkeypatch):
-  assert "custom_vjp" in _forward_jaxpr("cpu", monkeypatch)
+def test_cpu_uses_the_written_out_convolution_and_pooling_gradients(monkeypatch):
+  jaxpr = _forward_jaxpr("cpu", monkeypatch)
+  assert "custom_vjp" in jaxpr and "reduce_window_max" not in jaxpr

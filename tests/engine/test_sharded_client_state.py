@@ -14,7 +14,7 @@ from fedjax_bench.core import device_memory
 
 PROBE = Path(__file__).parents[1] / "scripts" / "client_state_probe.py"
 ALGOS = ("mifa,fedvarp,fedawe,fedau,f3ast,fedef_sgd,area,fedbuff,mifa_async,scaffold,feddyn,"
-         "ditto")
+         "ditto,apfl,pfedme")
 RESUMED = "mifa,fedawe,fedef_sgd,area"  # sharded evenly, padded, both kinds of round
 
 

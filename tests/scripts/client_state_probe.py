@@ -36,14 +36,18 @@ CASES = {
     "scaffold": {},
     "feddyn": {"feddyn_alpha": 0.1},
     "ditto": {"ditto_lambda": 0.5},
+    "apfl": {"apfl_alpha": 0.5},
+    "pfedme": {"pfedme_lambda": 2.0, "pfedme_k": 2},
 }
+
+PERSONAL = ("ditto", "apfl", "pfedme")  # scored on each client's own test data
 
 
 def run(name, rounds, checkpoint=None):
   n = 12 if name == "mifa" else 10
   task, world = toy_setup(num_clients=n, cohort=3,
                           part=participation.bernoulli([0.2 + 0.06 * i for i in range(n)]),
-                          holdout=0.3 if name == "ditto" else 0.0)
+                          holdout=0.3 if name in PERSONAL else 0.0)
   algo = algorithms.get(name)
   common = {k: v for k, v in COMMON.items()
             if k != "server_lr" or algo.kind == algorithms.SYNCHRONOUS}

@@ -1,0 +1,1 @@
+"""Our FedAvg against the peers researchers use (compare.py)."""
