@@ -22,7 +22,7 @@ from fedjax_bench.task.build import make_per_seed_task, make_task
 from fedjax_bench.task.task import Finetune, Task
 from fedjax_bench.core.types import FederatedAlgorithm
 from fedjax_bench.data import priority as priority_lib
-from fedjax_bench.data import holdout
+from fedjax_bench.data import holdout, rotation
 from fedjax_bench.data.federated import Dataset
 from fedjax_bench.errors import UsageError
 from fedjax_bench.sim import availability, participation
@@ -93,6 +93,8 @@ def setup(cfg: Config | Mapping[str, Any], *, dataset: Dataset | None = None,
   dataset, cfg = with_priority(dataset, cfg)
   if cfg.data.holdout_fraction > 0:
     dataset = holdout.split(dataset, cfg.data.holdout_fraction, cfg.data.partition_seed)
+  if cfg.data.rotation_clusters > 1:  # after the split: each client's test data rotate too
+    dataset = rotation.rotate_clusters(dataset, cfg.data.rotation_clusters)
   model = cfg.model.make(dataset)
   task = make_task(dataset, model, train_eval_examples=cfg.eval.train_eval_examples,
                    **task_kwargs(cfg))
@@ -203,6 +205,9 @@ def setup_per_seed(cfg: Config, seeds) -> Experiment:
                      "(experiment.setup(cfg, seeds=[...]))")
   if cfg.data.holdout_fraction > 0:
     raise UsageError("--holdout_fraction does not work with --data_per_seed yet; give one "
+                     "of them")
+  if cfg.data.rotation_clusters > 1:
+    raise UsageError("--rotation_clusters does not work with --data_per_seed yet; give one "
                      "of them")
   algorithm = algorithms.get(cfg.algo)
   per_seed = data.load_per_seed(cfg.data.dataset, seeds=list(seeds),

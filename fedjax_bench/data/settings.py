@@ -3,6 +3,7 @@
 from fedjax_bench.data import DATASETS, PARTITIONS, QUADRATIC_VARIANTS, natural
 from fedjax_bench.data.pfl_synthetic import NOISES
 from fedjax_bench.data.priority import TEST_MIXES
+from fedjax_bench.data.rotation import CLUSTERS as ROTATION_CLUSTERS
 from fedjax_bench.settings import (DIRECTORY, NON_NEGATIVE, POSITIVE, Check, between, section,
                                    setting)
 
@@ -72,6 +73,13 @@ class DataSettings:
                                     "and, for personalized algorithms (ditto), of each "
                                     "client's own model (personal_test_accuracy). 0: none.",
                                     check=HOLDOUT)
+  rotation_clusters: int = setting(0, "Planted clusters (IFCA's rotated MNIST, Ghosh et al. "
+                                   "2020): client i's images, its training and its own test "
+                                   "data, are rotated by (i mod k) x 360/k degrees, k in {2, "
+                                   "4}; the central test set is rotated likewise, an equal "
+                                   "share per rotation (example j by (j mod k) x 360/k). "
+                                   "Square images only. 1: no rotation. 0: off.",
+                                   choices=ROTATION_CLUSTERS)
   min_samples: int = setting(1, "Datasets with their own clients (shakespeare, leaf_json, "
                              "tff_h5): a client with fewer training samples is left out (1: "
                              "every client that has any).", check=NON_NEGATIVE,

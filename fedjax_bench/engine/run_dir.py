@@ -44,11 +44,12 @@ NOT_IN_FINGERPRINT = ("output_dir", "name", "resume", "overwrite", "check_only",
 # The client optimizer's settings (core/local.py's ClientOptimizer): --client_opt=sgd and
 # --client_grad_clip=0 are the local SGD of every run before; the others act only with
 # another --client_opt, which the fingerprint then holds. --finetune_steps=0 evaluates no
-# fine-tuned model (--finetune_lr acts only with steps).
-OMITTED_AT_DEFAULT = ("holdout_fraction", "lstm_hidden", "min_samples", "test_examples",
-                      "host_devices", "finetune_steps", "finetune_lr", "client_opt",
-                      "client_momentum", "client_beta1",
-                      "client_beta2", "client_eps", "client_weight_decay", "client_grad_clip")
+# fine-tuned model (--finetune_lr acts only with steps). --rotation_clusters=0 rotates
+# nothing (the data of every run before it).
+OMITTED_AT_DEFAULT = ("holdout_fraction", "rotation_clusters", "lstm_hidden", "min_samples",
+                      "test_examples", "host_devices", "finetune_steps", "finetune_lr",
+                      "client_opt", "client_momentum", "client_beta1", "client_beta2",
+                      "client_eps", "client_weight_decay", "client_grad_clip")
 # Likewise an algorithm's settings added after its runs were recorded, at the value that
 # was its behaviour before (SCAFFOLD and FedDyn averaged uniformly before --weighting).
 OMITTED_FOR = {"scaffold": {"weighting": "uniform"}, "feddyn": {"weighting": "uniform"}}
