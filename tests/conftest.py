@@ -121,19 +121,35 @@ def float64_gradient(task):
   return g
 
 
-def loop_local_update(task, world, hp, params, train_key, i):
-  """Client i's local SGD from ``params`` written as a loop (shuffled epochs, its
-  "local_sampling" key of the round's ``train_key``): its update, float64 leaves."""
+def client_sampling_key(train_key, i):
+  """Client i's minibatch key in a round whose local-training key is ``train_key``."""
+  import jax
+  from fedjax_bench.core import keys
+  return keys.for_purpose(jax.random.fold_in(train_key, int(i)), "local_sampling")
+
+
+def loop_sgd(grad, task, params, key, i, steps: int, *, batch_size: int, lr: float,
+             sampling: str = "shuffle"):
+  """Client i's local SGD written as a loop: ``steps`` steps from ``params`` on the
+  minibatches of its sampling key ``key`` (`client_sampling_key`), ``grad`` the gradient of
+  its loss; its final parameters (NumPy float32 leaves)."""
   import jax
   import jax.numpy as jnp
-  from fedjax_bench.core import keys, local
-  grad = jax.jit(jax.grad(task.loss))
-  k = keys.for_purpose(jax.random.fold_in(train_key, int(i)), "local_sampling")
+  from fedjax_bench.core import local
   off, cnt = int(task.offsets[i]), int(task.counts[i])
   p, perm = params, jnp.arange(task.max_count, dtype=jnp.int32)
-  for s in range(int(world.client_steps[i])):
-    pos, w, perm = local.batch_positions(k, s, cnt, perm, batch_size=hp["batch_size"],
-                                         sampling="shuffle")
+  for s in range(steps):
+    pos, w, perm = local.batch_positions(key, s, cnt, perm, batch_size=batch_size,
+                                         sampling=sampling)
     g = grad(p, task.x[off + pos], task.y[off + pos], w)
-    p = jax.tree.map(lambda a, b: a - hp["client_lr"] * b, p, g)
+    p = jax.tree.map(lambda a, b: np.asarray(a) - lr * np.asarray(b), p, g)
+  return p
+
+
+def loop_local_update(grad, task, world, hp, params, train_key, i):
+  """Client i's update x_i - x (float64 leaves) from its `loop_sgd` of the round's step
+  budget, shuffled epochs, at hp's client_lr and batch_size."""
+  import jax
+  p = loop_sgd(grad, task, params, client_sampling_key(train_key, i), i,
+               int(world.client_steps[i]), batch_size=hp["batch_size"], lr=hp["client_lr"])
   return jax.tree.map(lambda a, b: np.asarray(a, np.float64) - np.asarray(b), p, params)

@@ -21,9 +21,10 @@ def _loop_round(task, world, hp, params, key, t, q):
   parameters' flattening order); the sum over qN."""
   mask = np.asarray(world.participation.sample(keys.for_purpose(key, "participation"), t))
   train_key = keys.for_purpose(key, "local_train")
+  grad = jax.jit(jax.grad(task.loss))
   total = jax.tree.map(lambda a: np.zeros(a.shape, np.float64), params)
   for i in np.flatnonzero(mask):
-    d = loop_local_update(task, world, hp, params, train_key, i)
+    d = loop_local_update(grad, task, world, hp, params, train_key, i)
     norm = np.sqrt(sum(np.sum(np.square(a)) for a in jax.tree.leaves(d)))
     scale = min(1.0, hp["dp_clip"] / norm)
     total = jax.tree.map(lambda s_, a: s_ + scale * a, total, d)

@@ -27,10 +27,11 @@ def _paper_round(task, world, hp, params, clip, key, t, m, fixed_size):
   Poisson sampling. Returns (theta^{t+1}, C^{t+1}, b, the users' b_i)."""
   mask = np.asarray(world.participation.sample(keys.for_purpose(key, "participation"), t))
   train_key = keys.for_purpose(key, "local_train")
+  grad = jax.jit(jax.grad(task.loss))
   total = jax.tree.map(lambda a: np.zeros(a.shape, np.float64), params)
   b = []
   for i in np.flatnonzero(mask):
-    d = loop_local_update(task, world, hp, params, train_key, i)
+    d = loop_local_update(grad, task, world, hp, params, train_key, i)
     norm = np.sqrt(sum(np.sum(np.square(a)) for a in jax.tree.leaves(d)))
     b.append(1.0 if norm <= clip else 0.0)
     total = jax.tree.map(lambda s_, a: s_ + min(1.0, clip / norm) * a, total, d)

@@ -7,9 +7,9 @@ import optax
 import pytest
 from flax import linen as nn
 
-from tests.conftest import toy_setup
+from tests.conftest import client_sampling_key, loop_sgd, toy_setup
 from fedjax_bench.algorithms import fedavg
-from fedjax_bench.core import keys, local
+from fedjax_bench.core import keys
 from fedjax_bench.task.build import make_task
 from fedjax_bench.data.federated import Dataset, FederatedData
 from fedjax_bench.sim import participation, world as world_lib
@@ -52,14 +52,10 @@ def _loop_round(task, world, hp, params, key, t):
   grad = jax.jit(jax.grad(task.loss))
   deltas, weights = [], []
   for i in np.flatnonzero(mask):
-    k = keys.for_purpose(jax.random.fold_in(train_key, int(i)), "local_sampling")
-    off, cnt = int(task.offsets[i]), int(task.counts[i])
-    p, perm = params, jnp.arange(task.max_count, dtype=jnp.int32)
-    for s in range(int(world.client_steps[i])):
-      pos, w, perm = local.batch_positions(k, s, cnt, perm, batch_size=hp["batch_size"],
-                                           sampling=hp["sampling"])
-      g = grad(p, task.x[off + pos], task.y[off + pos], w)
-      p = jax.tree.map(lambda a, b: a - hp["client_lr"] * b, p, g)
+    cnt = int(task.counts[i])
+    p = loop_sgd(grad, task, params, client_sampling_key(train_key, i), i,
+                 int(world.client_steps[i]), batch_size=hp["batch_size"], lr=hp["client_lr"],
+                 sampling=hp["sampling"])
     deltas.append(jax.tree.map(lambda a, b: np.asarray(a) - np.asarray(b), p, params))
     weights.append(cnt if hp["weighting"] == "data_size" else 1.0)
   weights = np.asarray(weights, np.float64) / np.sum(weights)

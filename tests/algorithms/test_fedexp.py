@@ -7,10 +7,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tests.conftest import one_line, run_rounds, toy_setup
+from tests.conftest import loop_local_update, one_line, run_rounds, toy_setup
 from fedjax_bench import api, config
 from fedjax_bench.algorithms import fedavg, fedexp
-from fedjax_bench.core import keys, local
+from fedjax_bench.core import keys
 from fedjax_bench.errors import UsageError
 from fedjax_bench.sim import participation
 
@@ -28,15 +28,8 @@ def _loop_round(task, world, hp, w, key, t):
                                       for a in jax.tree.leaves(tree)])
   deltas, sizes = [], []
   for i in np.flatnonzero(mask):
-    k = keys.for_purpose(jax.random.fold_in(train_key, int(i)), "local_sampling")
-    off, cnt = int(task.offsets[i]), int(task.counts[i])
-    v, perm = w, jnp.arange(task.max_count, dtype=jnp.int32)
-    for s in range(int(world.client_steps[i])):
-      pos, wt, perm = local.batch_positions(k, s, cnt, perm, batch_size=hp["batch_size"],
-                                            sampling="shuffle")
-      g = grad(v, task.x[off + pos], task.y[off + pos], wt)
-      v = jax.tree.map(lambda a, b: np.asarray(a) - hp["client_lr"] * np.asarray(b), v, g)
-    deltas.append(jax.tree.map(lambda a, b: np.asarray(a, np.float64) - b, w, v))
+    update = loop_local_update(grad, task, world, hp, w, train_key, i)
+    deltas.append(jax.tree.map(np.negative, update))
     sizes.append(float(task.counts[i]))
   m = len(deltas)
   if hp.get("weighting") == "data_size":

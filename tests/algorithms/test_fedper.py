@@ -4,14 +4,13 @@ the others' heads untouched); with no head it is FedAvg bit for bit; a run score
 client's own model on its own test data."""
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tests.conftest import run_rounds, toy_setup
+from tests.conftest import client_sampling_key, loop_sgd, run_rounds, toy_setup
 from fedjax_bench import api
 from fedjax_bench.algorithms import fedavg, fedper
-from fedjax_bench.core import keys, local
+from fedjax_bench.core import keys
 from fedjax_bench.errors import UsageError
 
 N, COHORT = 8, 3
@@ -28,15 +27,9 @@ def _loop_round(task, world, hp, body, heads, key, t):
   heads = jax.tree.map(np.array, heads)
   updates, weights = [], []
   for i in np.flatnonzero(mask):
-    k = keys.for_purpose(jax.random.fold_in(train_key, int(i)), "local_sampling")
-    off, cnt = int(task.offsets[i]), int(task.counts[i])
-    p = {BODY: body, HEAD: jax.tree.map(lambda a: a[i], heads)}
-    perm = jnp.arange(task.max_count, dtype=jnp.int32)
-    for s in range(int(world.client_steps[i])):
-      pos, w, perm = local.batch_positions(k, s, cnt, perm, batch_size=hp["batch_size"],
-                                           sampling="shuffle")
-      g = grad(p, task.x[off + pos], task.y[off + pos], w)
-      p = jax.tree.map(lambda a, b: np.asarray(a) - hp["client_lr"] * np.asarray(b), p, g)
+    p = loop_sgd(grad, task, {BODY: body, HEAD: jax.tree.map(lambda a: a[i], heads)},
+                 client_sampling_key(train_key, i), i, int(world.client_steps[i]),
+                 batch_size=hp["batch_size"], lr=hp["client_lr"])
     for name in ("kernel", "bias"):
       heads[name][i] = p[HEAD][name]
     updates.append(jax.tree.map(np.subtract, p[BODY], body))

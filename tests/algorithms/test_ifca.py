@@ -7,10 +7,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tests.conftest import one_line, run_rounds, toy_setup
+from tests.conftest import client_sampling_key, loop_sgd, one_line, run_rounds, toy_setup
 from fedjax_bench import api, config, models
 from fedjax_bench.algorithms import fedavg, ifca
-from fedjax_bench.core import keys, local
+from fedjax_bench.core import keys
 from fedjax_bench.data import holdout as holdout_lib
 from fedjax_bench.data.federated import Dataset, FederatedData
 from fedjax_bench.errors import UsageError
@@ -57,13 +57,8 @@ def _loop_round(task, world, hp, thetas, key, t):
     off, cnt = int(task.offsets[i]), int(task.counts[i])
     xi, yi = task.x[off:off + cnt], task.y[off:off + cnt]
     j = int(np.argmin([float(loss(th, xi, yi, jnp.ones(cnt))) for th in thetas]))
-    k = keys.for_purpose(jax.random.fold_in(train_key, int(i)), "local_sampling")
-    v, perm = thetas[j], jnp.arange(task.max_count, dtype=jnp.int32)
-    for s in range(int(world.client_steps[i])):
-      pos, wt, perm = local.batch_positions(k, s, cnt, perm, batch_size=hp["batch_size"],
-                                            sampling="shuffle")
-      g = grad(v, task.x[off + pos], task.y[off + pos], wt)
-      v = jax.tree.map(lambda a, b: np.asarray(a) - hp["client_lr"] * np.asarray(b), v, g)
+    v = loop_sgd(grad, task, thetas[j], client_sampling_key(train_key, i), i,
+                 int(world.client_steps[i]), batch_size=hp["batch_size"], lr=hp["client_lr"])
     weight = float(cnt) if hp.get("weighting") == "data_size" else 1.0
     members[j].append((weight, v))
   new = []

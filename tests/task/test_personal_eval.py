@@ -10,10 +10,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tests.conftest import one_line, toy_setup
+from tests.conftest import client_sampling_key, loop_sgd, one_line, toy_setup
 from fedjax_bench import api
 from fedjax_bench import config as config_lib
-from fedjax_bench.core import keys, local, parts
+from fedjax_bench.core import keys, parts
 from fedjax_bench.core.types import Personal
 from fedjax_bench.engine import run_dir
 from fedjax_bench.errors import UsageError
@@ -74,13 +74,8 @@ def _finetuned_loop(task, params, key, steps, lr, batch):
   ct = task.client_test
   accs, has = [], []
   for i in range(task.num_clients):
-    k = keys.for_purpose(jax.random.fold_in(key, i), "local_sampling")
-    off, cnt = int(task.offsets[i]), int(task.counts[i])
-    p, perm = jax.tree.map(np.asarray, params), jnp.arange(task.max_count, dtype=jnp.int32)
-    for s in range(steps):
-      pos, w, perm = local.batch_positions(k, s, cnt, perm, batch_size=batch, sampling="shuffle")
-      g = grad(p, task.x[off + pos], task.y[off + pos], w)
-      p = jax.tree.map(lambda a, b: a - lr * np.asarray(b), p, g)
+    p = loop_sgd(grad, task, jax.tree.map(np.asarray, params), client_sampling_key(key, i), i,
+                 steps, batch_size=batch, lr=lr)
     rows = np.asarray(ct.rows[i])[np.asarray(ct.valid[i])]
     x, y = np.asarray(ct.x)[rows], np.asarray(ct.y)[rows]
     kernel, bias = p["DenseOI_0"]["kernel"], p["DenseOI_0"]["bias"]
