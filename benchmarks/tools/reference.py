@@ -121,11 +121,11 @@ CONFIGS = {
                       client_lr=0.003, weighting="data_size"),  # Adam's state frozen
     # Personalization, part 1: a part of the model per client (scored on its own test data).
     "fedper": dict(participation="uniform", clients_per_round=5, holdout_fraction=0.25,
-                   model="mlp", mlp_hidden=[8]),      # the output layer kept per client
+                   model="mlp", mlp_hidden=(8,)),      # the output layer kept per client
     "fedrep": dict(participation="uniform", clients_per_round=5, holdout_fraction=0.25,
-                   model="mlp", mlp_hidden=[8], head_steps=3),  # head steps, then body's
+                   model="mlp", mlp_hidden=(8,), head_steps=3),  # head steps, then body's
     "fedbn": dict(participation="uniform", clients_per_round=5, holdout_fraction=0.25,
-                  model="mlp_bn", mlp_hidden=[8],     # batch norm kept per client
+                  model="mlp_bn", mlp_hidden=(8,),     # batch norm kept per client
                   sampling="shuffle_drop_last"),  # full batches: a one-row batch's zero
                   # variance amplifies rounding (1 vs 4 devices: 1e-5 with partial batches)
     "fedexp": dict(participation="uniform", clients_per_round=5),  # eta_g from 5 updates
@@ -144,10 +144,11 @@ CONFIGS = {
 
 
 def flags(name: str) -> dict:
-  """The settings ``name``'s reference run gives (everything else is declared defaults)."""
+  """The settings ``name``'s reference run gives (everything else is declared defaults), as
+  JSON holds them (a tuple as a list), so they compare equal to a reference file's."""
   from fedjax_bench import algorithms
   schedule = ASYNC if algorithms.get(name).kind == algorithms.ASYNCHRONOUS else SYNC
-  return {"algo": name, **COMMON, **schedule, **CONFIGS.get(name, {})}
+  return json.loads(json.dumps({"algo": name, **COMMON, **schedule, **CONFIGS.get(name, {})}))
 
 
 def config(name: str):
