@@ -52,7 +52,7 @@ import jax.numpy as jnp
 import optax
 
 from fedjax_bench.algorithms import fedavg
-from fedjax_bench.core import aggregate, client_map, parts, rounds, schedules
+from fedjax_bench.core import aggregate, client_map, local, parts, rounds, schedules
 from fedjax_bench.core.local import LocalTraining
 from fedjax_bench.core.schedules import ClientLrSchedule
 from fedjax_bench.core.server_opt import ServerLr
@@ -82,14 +82,12 @@ class Hparams(LocalTraining, ClientLrSchedule, ServerLr, fedavg.Weighted):
 
 
 def base_optimizer(hp: Hparams, lr) -> optax.GradientTransformation:
-  """B at step size ``lr``: its update is U (times -lr), its new state V."""
-  if hp.mime_opt == "sgd":
-    return optax.sgd(lr)
-  if hp.mime_opt == "momentum":
-    return optax.sgd(lr, momentum=hp.mime_momentum)
-  if hp.mime_opt == "adam":
-    return optax.adam(lr, b1=hp.mime_beta1, b2=hp.mime_beta2, eps=hp.mime_eps)
-  raise UsageError(f"unknown --mime_opt={hp.mime_opt!r}; valid: {', '.join(BASE_OPTS)}")
+  """B at step size ``lr``: its update is U (times -lr), its new state V (the optax
+  transformation --client_opt of the same name builds)."""
+  if hp.mime_opt not in BASE_OPTS:
+    raise UsageError(f"unknown --mime_opt={hp.mime_opt!r}; valid: {', '.join(BASE_OPTS)}")
+  return local.client_optimizer(hp.mime_opt, lr, momentum=hp.mime_momentum, b1=hp.mime_beta1,
+                                b2=hp.mime_beta2, eps=hp.mime_eps)
 
 
 def frozen(base: optax.GradientTransformation, state: Any) -> optax.GradientTransformation:
