@@ -55,7 +55,8 @@ def make_participation(world: WorldSettings, dataset: Dataset, partition_seed: i
   n = dataset.train.num_clients
   if world.availability == "off":
     return participation.make(world.participation, n, clients_per_round=world.clients_per_round,
-                              prob=world.participation_prob, cap=world.cohort_cap)
+                              prob=world.participation_prob, cap=world.cohort_cap,
+                              sizes=dataset.train.counts)
   _check_one_chooser(participation_given)
   return availability.make(world.availability,
                            availability_base(world, dataset, partition_seed),

@@ -148,10 +148,14 @@ def _check(cfg: Config, algorithm) -> None:
     _no_effect(unused, cfg.algo)
   world = cfg.world
   if (algorithm.kind == algorithms.SYNCHRONOUS and world.availability == "off"
-      and world.participation in ("uniform", "uniform_sparse")
+      and world.participation in ("uniform", "uniform_sparse", "proportional")
       and world.clients_per_round > cfg.data.num_clients):
     raise UsageError(f"--clients_per_round={world.clients_per_round} must not exceed "
                      f"--num_clients={cfg.data.num_clients}")
+  if (algorithm.kind == algorithms.SYNCHRONOUS and world.availability == "off"
+      and world.participation == "proportional" and cfg.data.data_per_seed):
+    raise UsageError("--participation=proportional draws by seed 0's client sizes; with "
+                     "--data_per_seed each seed has its own, so give one of them")
 
 
 def _no_effect(names, algo: str) -> None:

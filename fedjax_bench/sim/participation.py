@@ -16,7 +16,7 @@ import numpy as np
 
 from fedjax_bench.errors import UsageError
 
-PARTICIPATIONS = ("uniform", "full", "bernoulli", "uniform_sparse")
+PARTICIPATIONS = ("uniform", "full", "bernoulli", "uniform_sparse", "proportional")
 
 
 def _no_state(key):
@@ -132,8 +132,43 @@ def bernoulli(probs, cap: int | None = None) -> Participation:
                    lambda t: p)
 
 
+def proportional(sizes, clients_per_round: int) -> Participation:
+  """Exactly m distinct clients, drawn one after another without replacement, client k
+  with probability proportional to sizes[k] among those not yet drawn (the q-FFL and
+  FedProx papers' cohort: ``np.random.choice(N, m, replace=False, p=n_k / n)``). Clients
+  with no examples are never drawn. The marginal inclusion probabilities have no closed
+  form, so ``probs`` is None (oracles such as fedavg_known refuse the scheme)."""
+  sizes = np.asarray(sizes, np.float64)
+  if sizes.ndim != 1 or sizes.size == 0 or not np.all(np.isfinite(sizes) & (sizes >= 0)):
+    raise UsageError("proportional participation needs the clients' sizes: a non-empty "
+                     "vector of non-negative example counts")
+  n, m, with_data = sizes.shape[0], clients_per_round, int(np.count_nonzero(sizes))
+  if not 0 < m <= n:
+    raise UsageError(f"clients_per_round={m} must be in [1, num_clients={n}]")
+  if m > with_data:
+    raise UsageError(f"clients_per_round={m} exceeds the {with_data} clients with training "
+                     "examples that proportional participation can draw")
+  # Gumbel-top-k: the m largest log(p_k) + G_k (G_k iid standard Gumbel), in order, are
+  # distributed exactly as m successive draws without replacement with weights p (Vieira
+  # 2014; Kool, van Hoof & Welling 2019). Why: over any set S of clients the argmax is k
+  # with probability p_k / sum_S p (Gumbel-max) and is independent of the max over S;
+  # whether the first winner beat the rest depends on the rest only through their max, so
+  # given the first draw the runner-up is a weighted draw from the rest, and so on. One
+  # jittable top_k of the key, no sequential loop. log(0) = -inf is never among the top m,
+  # since at least m entries are finite.
+  with np.errstate(divide="ignore"):
+    logits = jnp.asarray(np.log(sizes), jnp.float32)
+
+  def sample(key, t):
+    _, chosen = jax.lax.top_k(logits + jax.random.gumbel(key, (n,)), m)
+    return jnp.zeros(n, bool).at[chosen].set(True)
+
+  return stateless(n, m, sample)
+
+
 def make(name: str, num_clients: int, *, clients_per_round: int = 10,
-         prob: float = 0.1, cap: int = 0) -> Participation:
+         prob: float = 0.1, cap: int = 0, sizes=None) -> Participation:
+  """``sizes``: the clients' training example counts, which proportional needs."""
   if name == "full":
     return full(num_clients)
   if name == "uniform":
@@ -144,4 +179,9 @@ def make(name: str, num_clients: int, *, clients_per_round: int = 10,
     if not 0 < prob <= 1:
       raise UsageError(f"--participation_prob={prob} must be in (0, 1]")
     return bernoulli(np.full(num_clients, prob), cap)
+  if name == "proportional":
+    if sizes is None or len(sizes) != num_clients:
+      raise UsageError(f"--participation=proportional needs the {num_clients} clients' "
+                       "training sizes (make(..., sizes=...))")
+    return proportional(sizes, clients_per_round)
   raise UsageError(f"unknown --participation={name!r}; valid: {', '.join(PARTICIPATIONS)}")

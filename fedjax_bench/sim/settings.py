@@ -9,10 +9,12 @@ from fedjax_bench.sim.participation import PARTICIPATIONS
 class WorldSettings:
   participation: str = setting("uniform", "uniform: --clients_per_round of --num_clients "
                                "without replacement; full: everyone; bernoulli: each client "
-                               "independently with --participation_prob.",
+                               "independently with --participation_prob; proportional: "
+                               "--clients_per_round distinct clients drawn one by one in "
+                               "proportion to their training examples (q-FFL, FedProx).",
                                choices=PARTICIPATIONS)
-  clients_per_round: int = setting(10, "Cohort size for --participation=uniform.",
-                                   check=POSITIVE)
+  clients_per_round: int = setting(10, "Cohort size for --participation=uniform and "
+                                   "proportional.", check=POSITIVE)
   participation_prob: float = setting(0.1, "Probability for --participation=bernoulli.",
                                       check=PROBABILITY)
   cohort_cap: int = setting(0, "Static cohort size for bernoulli participation and "
