@@ -16,6 +16,8 @@ Measured on 2 cores: about 100 s (15 runs of 3 seeds, ~7 s each, half of it comp
 160 s while other jobs shared the cores.
 
 Slow: excluded from the default run; ``python -m pytest -q -m slow tests/claims/test_fedef_claims.py``.
+The checks of Appendix C.1's NumPy simulation (benchmarks/papers/fedef_sim.py, the report's
+row F16-F18) at the end are fast and run by default.
 The paper's own claims are declared in benchmarks/papers/fedef.py (results/fedef/REPORT.md);
 this experiment stays a test because its data is built here and is not a dataset of the
 runner (the report's row spec-C points here). C6's bit counts are also checked in the
@@ -25,6 +27,7 @@ default suite (tests/algorithms/test_fedef.py, tests/algorithms/test_compression
 import numpy as np
 import pytest
 
+from benchmarks.papers import fedef_sim
 from tests.conftest import shared_tfds_dir
 from fedjax_bench import engine, models
 from fedjax_bench.algorithms import fedef
@@ -34,9 +37,12 @@ from fedjax_bench.data.federated import Dataset, FederatedData
 from fedjax_bench.data.tfds_data import load_arrays
 from fedjax_bench.sim import participation, world as world_lib
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(shared_tfds_dir() is None,
-                                 reason="real MNIST (../shared/tfds) not found")]
+
+def _slow(test):
+  """The calibration's marks: slow, and it needs real MNIST."""
+  return pytest.mark.slow(pytest.mark.skipif(
+      shared_tfds_dir() is None, reason="real MNIST (../shared/tfds) not found")(test))
+
 
 NUM_CLIENTS, ROUNDS, SEEDS = 20, 100, [0, 1, 2]
 AMS = dict(server_beta1=0.9, server_beta2=0.999, server_eps=1e-8)
@@ -109,6 +115,7 @@ def _table(res) -> str:
   return "; ".join(f"{k}: {v['acc']:.1f}% loss {v['loss']:.3f}" for k, v in res.items())
 
 
+@_slow
 def test_c1_error_feedback_fixes_sign(results):
   """C1: acc(Sign-EF) >= acc(Sign-noEF) + 10 pts and loss(Sign-noEF) >= 2 loss(Sign-EF)."""
   ef, no = results["sign_ef"], results["sign_noef"]
@@ -118,22 +125,26 @@ def test_c1_error_feedback_fixes_sign(results):
   assert no["acc"] <= results["full"]["acc"] - 10, _table(results)
 
 
+@_slow
 def test_c2_error_feedback_fixes_aggressive_topk(results):
   """C2: acc(TopK-0.01-EF) >= acc(TopK-0.01-noEF) + 2 pts and a lower loss."""
   ef, no = results["topk01_ef"], results["topk01_noef"]
   assert ef["acc"] >= no["acc"] + 2 and ef["loss"] < no["loss"], _table(results)
 
 
+@_slow
 @pytest.mark.parametrize("name", ["sign_ef", "topk01_ef", "topk05_ef", "hvsign05_ef"])
 def test_c3_error_feedback_matches_full_precision(results, name):
   """C3: |acc(Fed-EF-X) − acc(full)| <= 2 pts."""
   assert abs(results[name]["acc"] - results["full"]["acc"]) <= 2, _table(results)
 
 
+@_slow
 def test_c5_unbiased_stoc_matches_full_precision(results):
   assert abs(results["stoc1"]["acc"] - results["full"]["acc"]) <= 2, _table(results)
 
 
+@_slow
 def test_c6_bits_are_t_p_bits_per_message(results):
   """C6: after T rounds at p = 1, T · bits(message) bits, exactly; EF reaches
   full precision at ≈3 % (Sign), ≈1 % (TopK-0.01), ≈0.2 % (hv-Sign-0.05) of the bits."""
@@ -146,6 +157,7 @@ def test_c6_bits_are_t_p_bits_per_message(results):
   np.testing.assert_allclose(shares, [0.0315, 0.0101, 0.00183], rtol=0.01)
 
 
+@_slow
 @pytest.mark.parametrize("compressor", ["sign", "topk01"])
 def test_c7_amsgrad_server_keeps_the_ordering(results, compressor):
   """C7: with the AMSGrad server, loss(X-noEF) >= 1.5 loss(X-EF) and acc EF >= noEF."""
@@ -153,9 +165,60 @@ def test_c7_amsgrad_server_keeps_the_ordering(results, compressor):
   assert no["loss"] >= 1.5 * ef["loss"] and ef["acc"] >= no["acc"], _table(results)
 
 
+@_slow
 def test_c1_under_partial_participation(setup):
   """Under p = 0.5 only C1 is robust at this scale: Sign without EF is far worse."""
   part = participation.uniform(NUM_CLIENTS, NUM_CLIENTS // 2)
   ef, no = _run(setup, "sign_ef", part), _run(setup, "sign_noef", part)
   assert ef["acc"] >= no["acc"] + 10, (ef, no)
   np.testing.assert_array_equal(ef["bits"], ROUNDS * 0.5 * 15_138)
+
+
+def test_the_simulations_compressors_are_the_librarys():
+  # fedef_sim's NumPy TopK-0.1 and Sign on one vector (one group) are the runs' compressors.
+  import jax
+  from fedjax_bench.algorithms import compression
+  x = np.random.default_rng(0).laplace(0.0, 0.01, (3, fedef_sim.D))
+  x[:, :200] *= 10
+  for name, lib in (("topk-0.1", compression.make("topk", k=0.1)),
+                    ("sign", compression.make("sign"))):
+    want = np.stack([np.asarray(lib.apply(jax.random.PRNGKey(0), {"w": v.astype(np.float32)})["w"])
+                     for v in x])
+    np.testing.assert_allclose(fedef_sim.COMPRESS[name](x), want, rtol=1e-5, atol=1e-9,
+                               err_msg=name)
+  assert (fedef_sim.topk(x) != 0).sum(axis=-1).tolist() == [110] * 3
+
+
+def test_the_simulations_discrepancies_by_hand():
+  rng = np.random.default_rng(1)
+  a = fedef_sim.gradients(rng, "gaussian", 10.0, 4)
+  assert a.shape == (4, fedef_sim.N, fedef_sim.D)
+  qa, qc = fedef_sim.discrepancies(a, "sign")
+  mean = a.mean(axis=1)
+  want = (((fedef_sim.sign(a).mean(axis=1) - mean) ** 2).sum(-1) / (mean ** 2).sum(-1))
+  np.testing.assert_allclose(qa, want)
+  # identical clients: the mean of the compressed vectors is the compressed mean
+  same = np.repeat(a[:, :1], fedef_sim.N, axis=1)
+  for c in fedef_sim.COMPRESSORS:
+    qa, qc = fedef_sim.discrepancies(same, c)
+    np.testing.assert_allclose(qa, qc)
+
+
+def test_the_simulation_is_seeded_and_reads_no_run():
+  from fedjax_bench.claims import AtMost
+  m = fedef_sim.Simulated()
+  assert m.runs() == () and not m.is_discrete({})
+  got = m.values({})
+  assert got.shape == (len(fedef_sim.SEEDS),)
+  table = fedef_sim.table()
+  np.testing.assert_array_equal(got, np.max([v["q_a2"] for v in table.values()], axis=0))
+  fedef_sim.table.cache_clear()
+  np.testing.assert_array_equal(fedef_sim.Simulated().values({}), got)  # seeded
+  case = ("laplace", "topk-0.1", 100)
+  np.testing.assert_array_equal(fedef_sim.Simulated(case=case).values({}),
+                                fedef_sim.table()[case]["q_a2"])
+  test = fedef_sim.at_most(m, 1.0)
+  assert test.runs() == ()
+  # the verdict and the statistic are AtMost's on the same values
+  assert test.outcome({}) == AtMost(m, 1.0).outcome({})
+  assert test.statistic() == AtMost(m, 1.0).statistic()
