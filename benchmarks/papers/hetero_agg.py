@@ -206,8 +206,14 @@ def claims():
         check="our calibration (docs/papers/hetero_agg.md)"))
   out.append(Claim(
       "F7", "Fig. 7: a small group of clients carries the top weights throughout", "heat map",
-      not_attempted="a heat map of α per client and round; the report's figures are "
-      "seed-mean curves (`--record_alpha` records every α_i for it)", section=w))
+      not_attempted="a heat map of FedSoftMax's α per client and round, its 10 largest a "
+      "round marked, with no number for \"a small group\". As a statistic (e.g. the share "
+      "of the rounds' top-10 places that the 10 clients most often in them hold, or how many "
+      "clients ever enter a round's top 10) it ranks the 50 clients' weights within each "
+      "round: `--record_alpha` records them (alpha_0000 ... alpha_0049, one metric a client), "
+      "but a Metric reads one recorded metric of a run, so it needs a new statistic in the "
+      "claims library (fedjax_bench/claims/verdicts.py); the recorded metrics alpha_max and "
+      "alpha_p_l1 do not say which clients hold the weight", section=w))
 
   a3 = "F_i* in the weights, 0 or estimated (not in the paper)"
   for fw in ("tniid", "niid"):
