@@ -68,7 +68,24 @@ def test_runs_follow_the_authors_protocol():
   assert len(runs) >= 40
   for run in runs:
     assert run.settings["sampling"] == "shuffle_drop_last", run.name
-    assert run.settings["data_per_seed"] is True and run.seeds == (0, 1, 2, 3, 4), run.name
+    seeds = (tuple(range(10)) if run.name.endswith("_align_eps") else (0, 1, 2, 3, 4))
+    assert run.settings["data_per_seed"] is True and run.seeds == seeds, run.name
   for name in ("fig3_local", "fig3_align"):
     s = next(r for r in runs if r.name == name).settings
     assert (s["num_shards"], s["shard_size"], s["shards_per_client"]) == (120, 50, 20), name
+
+
+def test_the_best_eps_sweeps_are_fig2s_runs_over_a_grid_of_eps():
+  """T2-best-eps: FedALIGN over ε at each Fig. 2 noise level, its other settings those of the
+  level's FedALIGN run; 10 seeds (a median's sign-test interval is unbounded below 6), and
+  each seed's own best grid point is read."""
+  from benchmarks.papers import fedalign
+  p = _paper()
+  for level, eps in fedalign.PAPER_EPS.items():
+    sweep, base = p.run(f"fig2_{level}_align_eps"), p.run(f"fig2_{level}_align")
+    assert dict(sweep.sweep) == {"align_epsilon": fedalign.EPS_GRID} and eps in fedalign.EPS_GRID
+    assert {**sweep.settings, "align_epsilon": eps} == dict(base.settings)
+    assert len(sweep.seeds) >= verdicts.SIGN_TEST_MIN_N
+    claim = next(c for c in p.claims if c.id == f"T2-best-eps-{level}")
+    assert claim.test.a.tune_each_seed and claim.test.a.tune.scale < 0  # the highest accuracy
+    assert set(claim.test.runs()) == {sweep.name}
