@@ -174,7 +174,7 @@ def make(p, root: str, claim_id: str, force: bool) -> int:
 
 
 def write_report(p, root: str) -> dict:
-  """Writes the paper's report files (`paper_lib.REPORT_FILES`) and figures from its
+  """Writes the paper's report files (`paper_lib.render`) and figures from its
   committed runs when each has the configuration its declaration gives (a run made on
   code changed since is reported, as `--check` accepts it, and named; `--check --strict`
   fails on it); returns the records, or None when a run is missing or of another
@@ -186,13 +186,14 @@ def write_report(p, root: str) -> dict:
     print(f"{p.name}: report not written, {len(unusable)} runs missing or of another "
           f"configuration (python benchmarks/claims.py {p.name})")
     return None
-  for file, text in paper_lib.render(p, records).items():
+  files = paper_lib.render(p, records)
+  for file, text in files.items():
     results.atomic_write_text(report_path(p, root, file), text)
   paper_lib.plot(p, records, root)
   changed = sum(s.startswith("code changed") for s in st.values())
   note = (f" ({changed} of its runs made on code changed since: python benchmarks/claims.py "
           f"{p.name} reruns them)" if changed else "")
-  print(f"wrote {', '.join(report_path(p, root, f) for f in paper_lib.REPORT_FILES)}{note}")
+  print(f"wrote {', '.join(report_path(p, root, f) for f in files)}{note}")
   return records
 
 

@@ -359,8 +359,7 @@ def figure_claims():
             "Gaussian N(0, 0.01²) and Laplace(0, 0.01), each client's block scaled by "
             "s = 2, 10, 100) q_A² < 1 in all cases, TopK-0.1 and Sign (the largest of the 12 "
             "cases' means)", "< 1 in all cases",
-            fedef_sim.at_most(fedef_sim.Simulated(label="Appendix C.1 simulation (NumPy)"),
-                              1.0),
+            AtMost(fedef_sim.Simulated(label="Appendix C.1 simulation (NumPy)"), 1.0),
             section=f19, note="No run: the per-seed values are a seeded NumPy Monte-Carlo "
             f"(benchmarks/papers/fedef_sim.py), {len(fedef_sim.SEEDS)} seeds of "
             f"{fedef_sim.REPS} repetitions each (the paper: 1e5 repetitions)."),

@@ -15,9 +15,8 @@ whole vector one group. The paper averages 1e5 repetitions per point; here each 
 independent batch of `REPS` = 250 repetitions (10 seeds: 2,500), which fixes each mean to far
 better than the claim needs (q² varies little between repetitions at d = 1100).
 
-`Simulated` is a `Metric` whose per-seed values are this simulation's instead of a run's,
-and `at_most` the standard threshold test (`AtMost`) on it, so the row is judged by the same
-rules; neither reads a run.
+`Simulated` is a `Metric` whose per-seed values are this simulation's instead of a run's
+and which reads no run, so the standard tests (`AtMost`) judge it by the same rules.
 """
 
 import dataclasses
@@ -25,7 +24,7 @@ import functools
 
 import numpy as np
 
-from fedjax_bench.claims import AtLeast, Metric
+from fedjax_bench.claims import Metric
 
 N, D, BLOCK = 5, 1100, 200
 SCALES = (2, 10, 100)
@@ -124,16 +123,3 @@ class Simulated(Metric):
             + ", ".join(map(str, SCALES)) + ")")
     return (f"{self.label or self.run}: {self.metric}, the mean over a seed's {REPS} "
             f"repetitions (n = {N}, d = {D}), {what}")
-
-
-@dataclasses.dataclass(frozen=True)
-class _NoRunThreshold(AtLeast):
-  """`AtLeast` / `AtMost` (the same outcome) on a `Simulated` metric, which reads no run."""
-
-  def runs(self) -> tuple[str, ...]:
-    return ()
-
-
-def at_most(metric: Simulated, value: float) -> AtLeast:
-  """The paper's "below ``value``" on the simulation: `AtMost`'s verdict rule."""
-  return _NoRunThreshold(metric, value, above=False)

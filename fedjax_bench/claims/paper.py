@@ -9,7 +9,7 @@ import collections
 import dataclasses
 import os
 import textwrap
-from typing import Optional
+from typing import Callable, Optional
 
 from fedjax_bench.claims import store, verdicts
 from fedjax_bench.claims.verdicts import VERDICTS, Claim, Metric
@@ -41,6 +41,7 @@ class Figure:
                                   # log_floor), so an exact 0 does not sink the mean
   clock: str = ""                 # x axis: this metric's time (asynchronous runs), not rounds
   xlabel: str = "simulated time"  # with a clock
+  band: bool = False              # shade each curve's 95% Student-t interval over seeds
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,6 +55,9 @@ class Paper:
   intro: str = ""                 # Markdown: the setting, before the verdicts
   notes: str = ""                 # Markdown after them: explains, never changes a verdict
   figures: tuple[Figure, ...] = ()
+  # (paper, records) -> {file name: text}: report files other than REPORT_FILES (the
+  # leaderboard's), generated and checked the same way.
+  renderer: Optional[Callable[["Paper", dict], dict[str, str]]] = None
 
   def __post_init__(self):
     names = [r.name for r in self.runs]
@@ -143,7 +147,9 @@ def render(paper: Paper, records: dict) -> dict[str, str]:
   ({run name: record}): REPORT.md is the answer (the paper, the verdict counts of its
   claims and the multiplicity, the claim tables, the setting, the checks apart, the
   figures, the notes); VERDICTS.md the rules and how each verdict is computed; RUNS.md the
-  runs, their times and commands."""
+  runs, their times and commands. A paper with a ``renderer`` has its files instead."""
+  if paper.renderer is not None:
+    return paper.renderer(paper, records)
   outcomes = {c.id: c.outcome(records) for c in paper.claims}
   claims = [c for c in paper.claims if not c.check]
   checks = [c for c in paper.claims if c.check]
@@ -205,6 +211,12 @@ def render(paper: Paper, records: dict) -> dict[str, str]:
               + ", ".join(not_attempted) + "."]
   rules += ["", _provenance(paper, "this file"), ""]
 
+  return {"REPORT.md": "\n".join(lines), "VERDICTS.md": "\n".join(rules),
+          "RUNS.md": runs_file(paper, records)}
+
+
+def runs_file(paper: Paper, records: dict) -> str:
+  """RUNS.md: the runs behind the report, their times and commands."""
   runs = [f"# {paper.name}: the runs", "",
           "The runs behind [REPORT.md](REPORT.md), each cached in `runs/` as one JSON file. "
           "Seconds are wall-clock; CPU seconds are the process's (all its threads) and load "
@@ -224,8 +236,7 @@ def render(paper: Paper, records: dict) -> dict[str, str]:
   else:
     runs.append("No run made yet.")
   runs += ["", _provenance(paper, "this file"), ""]
-  return {"REPORT.md": "\n".join(lines), "VERDICTS.md": "\n".join(rules),
-          "RUNS.md": "\n".join(runs)}
+  return "\n".join(runs)
 
 
 def _seed_mean(curve):
@@ -237,6 +248,18 @@ def _seed_mean(curve):
   total = np.where(have, curve, 0.0).sum(axis=1)
   count = have.sum(axis=1)
   return np.where(count > 0, total / np.maximum(count, 1), np.nan)
+
+
+def _band(curve):
+  """[evaluations, seeds] -> (lo, hi) of the two-sided 95% Student-t interval of the mean
+  over seeds at each evaluation (NaN where fewer than two seeds have a number)."""
+  import numpy as np
+  lo, hi = np.full(curve.shape[0], np.nan), np.full(curve.shape[0], np.nan)
+  for i, row in enumerate(curve):
+    row = row[~np.isnan(row)]
+    if row.size > 1:
+      _, lo[i], hi[i] = verdicts.interval(row)
+  return lo, hi
 
 
 def plot(paper: Paper, records: dict, root: str = "results") -> list[str]:
@@ -253,9 +276,8 @@ def plot(paper: Paper, records: dict, root: str = "results") -> list[str]:
     for cu in fig_decl.curves:
       rec = records[cu.run]
       arr = np.asarray(rec["metrics"][cu.metric], dtype=np.float64)  # [E, G, S]
-      pick = (Metric(cu.run, cu.metric, tune=cu.tune,
-                     tune_each_seed=cu.tune_each_seed).tuned_points(rec)[0]
-              if cu.tune is not None else np.full(arr.shape[2], cu.point))
+      pick = Metric(cu.run, cu.metric, point=cu.point, tune=cu.tune,
+                    tune_each_seed=cu.tune_each_seed).picked_points(records)[0]
       curve = cu.scale * arr[:, pick, np.arange(arr.shape[2])]
       x = np.asarray(rec["rounds"], dtype=np.float64)
       if fig_decl.clock:
@@ -265,7 +287,10 @@ def plot(paper: Paper, records: dict, root: str = "results") -> list[str]:
           y = 10 ** _seed_mean(np.log10(np.maximum(curve, fig_decl.floor)))
       else:
         y = _seed_mean(curve)
-      ax.plot(x, y, label=cu.label)
+      drawn = ax.plot(x, y, label=cu.label)
+      if fig_decl.band:
+        lo, hi = _band(curve)
+        ax.fill_between(x, lo, hi, color=drawn[0].get_color(), alpha=0.15, linewidth=0)
     if fig_decl.log:
       ax.set_yscale("log")
     ax.set_xlabel(fig_decl.xlabel if fig_decl.clock else "round")

@@ -150,10 +150,7 @@ class Metric:
     rec = records[self.run]
     if self.tune is None:
       return self._values(rec, self.point)
-    if self.tune.run == self.run:
-      pick, ok = self.tuned_points(rec)
-    else:
-      pick, ok = self._points_of_other(records)
+    pick, ok = self.picked_points(records)
     vals = np.stack([self._values(rec, g) for g in range(_grid_size(rec))])
     out = vals[pick, np.arange(vals.shape[1])]
     return np.where(ok, out, np.nan)
@@ -163,16 +160,35 @@ class Metric:
     return (self.discrete or self.reach is not None
             or self.metric not in records[self.run]["metrics"])
 
+  def runs(self) -> tuple[str, ...]:
+    """The runs this metric reads: its own, and the run its ``tune`` picks on."""
+    return (self.run,) + (self.tune.runs() if self.tune is not None else ())
+
   def _points_of_other(self, records: dict):
-    """This run's grid points with the swept values that ``tune`` picks on its own run."""
+    """This run's grid points with the swept values that ``tune`` picks on its own run. The
+    other run may hold other seeds (tuning seeds apart from the reported ones) when the pick
+    is one point for every seed (not ``tune_each_seed``)."""
     other = records[self.tune.run]
-    if list(other["seeds"]) != list(records[self.run]["seeds"]):
-      raise ValueError(f"{self.run} and {self.tune.run} do not share seeds: no common point")
+    seeds = len(records[self.run]["seeds"])
     there, ok = dataclasses.replace(self, run=self.tune.run).tuned_points(other)
+    if list(other["seeds"]) != list(records[self.run]["seeds"]):
+      if self.tune_each_seed:
+        raise ValueError(f"{self.run} and {self.tune.run} do not share seeds: no seed's own "
+                         "point to read")
+      there, ok = np.full(seeds, there[0]), np.full(seeds, bool(ok.all()))
     grid = records[self.run].get("grid") or []
     here = np.array([grid.index(other["grid"][g]) if other["grid"][g] in grid else -1
                      for g in there])
     return np.maximum(here, 0), ok & (here >= 0)
+
+  def picked_points(self, records: dict):
+    """([S] the grid point read for each seed of ``run``, [S] whether it has one)."""
+    seeds = len(records[self.run]["seeds"])
+    if self.tune is None:
+      return np.full(seeds, self.point), np.ones(seeds, bool)
+    if self.tune.run == self.run:
+      return self.tuned_points(records[self.run])
+    return self._points_of_other(records)
 
   def tuned_points(self, rec: dict):
     """([S] the grid point ``tune`` picks for each seed, [S] whether any point was finite)."""
@@ -269,8 +285,9 @@ class Metric:
         mean = "its" if self.tune_each_seed else "the seed-mean"
         out += f", at {whose} last grid point with {mean} {tuned} < {self.tune_below:g}"
       else:
-        rule = ("each seed's grid point with its smallest" if self.tune_each_seed
-                else "the grid point with the smallest seed-mean")
+        most = "largest" if self.tune.scale < 0 else "smallest"  # a negated score: its best
+        rule = (f"each seed's grid point with its {most}" if self.tune_each_seed
+                else f"the grid point with the {most} seed-mean")
         out += f", at {rule} {tuned}"
     return out
 
@@ -371,6 +388,11 @@ def _outcome(verdict, mean, lo, hi, n, signed, kind="mean", level=LEVEL) -> Outc
                  kind, _detectable_text(lo, hi, n, kind, level))
 
 
+def _runs_of(metrics) -> tuple[str, ...]:
+  """The runs some metrics read (tuning runs included), each once, in order."""
+  return tuple(dict.fromkeys(r for m in metrics for r in m.runs()))
+
+
 def _paired(a: Metric, b: Metric, records) -> np.ndarray:
   ra, rb = records[a.run], records[b.run]
   if list(ra["seeds"]) != list(rb["seeds"]):
@@ -384,7 +406,7 @@ class _Paired:
   b: Metric
 
   def runs(self):
-    return (self.a.run, self.b.run)
+    return _runs_of(self.metrics())
 
   def metrics(self):
     return (self.a, self.b)
@@ -468,7 +490,7 @@ class AtLeast:
   above: bool = True
 
   def runs(self):
-    return (self.a.run,)
+    return _runs_of(self.metrics())
 
   def metrics(self):
     return (self.a,)
@@ -514,7 +536,7 @@ class Exact:
       raise ValueError("Exact compares a with b or with a value, by '==' or '>'")
 
   def runs(self):
-    return (self.a.run,) + ((self.b.run,) if self.b is not None else ())
+    return _runs_of(self.metrics())
 
   def metrics(self):
     return (self.a,) + ((self.b,) if self.b is not None else ())
@@ -583,9 +605,6 @@ class LargerGap(Difference):
     super().__post_init__()
     if self.c is None or self.d is None:
       raise ValueError("LargerGap needs the second gap's metrics c and d")
-
-  def runs(self):
-    return (self.a.run, self.b.run, self.c.run, self.d.run)
 
   def metrics(self):
     return (self.a, self.b, self.c, self.d)

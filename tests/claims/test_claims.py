@@ -493,8 +493,8 @@ def test_readme_links_every_report_with_its_verdicts():
   import re
   from benchmarks import papers
   readme = open(os.path.join(ROOT, "README.md")).read()
-  for name in papers.PAPERS:
-    if name in papers.PENDING:
+  for name, paper in papers.PAPERS.items():
+    if name in papers.PENDING or paper.renderer is not None:  # the leaderboard: below
       continue
     report = open(os.path.join(ROOT, "results", name, "REPORT.md")).read()
     counts = re.search(r"^Verdicts: (.*)\.$", report, re.M).group(1)
@@ -502,6 +502,19 @@ def test_readme_links_every_report_with_its_verdicts():
                 if line.startswith(f"| [{name}](results/{name}/REPORT.md) |")), None)
     assert row is not None, f"README's What holds table has no row for {name}"
     assert f"| {counts} |" in row, (name, counts, row)
+
+
+def test_readme_repeats_the_leaderboards_line_for_each_task():
+  from benchmarks import papers
+  if "leaderboard" in papers.PENDING:
+    pytest.skip("the leaderboard's runs are not made yet")
+  readme = open(os.path.join(ROOT, "README.md")).read()
+  board = open(os.path.join(ROOT, "results", "leaderboard", "LEADERBOARD.md")).read()
+  assert "(results/leaderboard/LEADERBOARD.md)" in readme
+  lines = [x for x in board.splitlines() if x.startswith("- ") and ": best " in x]
+  assert lines, "LEADERBOARD.md has no summary line"
+  for line in lines:
+    assert line in readme.splitlines(), line
 
 
 def test_check_fails_on_an_edited_report_and_a_missing_run(tmp_path):

@@ -129,9 +129,13 @@ def test_a_tune_of_another_run_reads_this_run_at_the_same_swept_values():
   assert "of one (its swept values, read here)" in at.describe()
   recs["other"]["grid"] = [{"client_lr": a} for a in (3.0, 30.0, 100.0)]
   assert np.isnan(at.values(recs)).all()  # no point of lr 10 here: no value
+  # Tuned on other seeds (the leaderboard's tuning seeds): the one point picked there.
+  recs["other"]["grid"] = [{"client_lr": a} for a in (3.0, 10.0, 30.0)]
   recs["other"]["seeds"] = [5, 6, 7]
+  np.testing.assert_allclose(at.values(recs), [4, 5, 6])
+  # Each seed's own point needs the same seeds.
   with pytest.raises(ValueError, match="do not share seeds"):
-    at.values(recs)
+    Metric("other", "gap", tune=Metric("one", "gap"), tune_each_seed=True).values(recs)
 
 
 def test_tune_below_picks_the_last_point_under_the_value():
@@ -184,6 +188,29 @@ def test_the_declaration_reads_declared_runs():
   fig1 = {c.id for c in area.PAPER.claims if c.id.startswith("F1-uniform")}
   assert {"F1-uniform-final-fedbuff", "F1-uniform-speed-fedbuff"} <= fig1
   assert math.isclose(area.claims()[0].test.margin, 0.0)
+
+
+def test_the_variance_reading_twins_the_standard_deviation_reading():
+  """Issue 41: each N(10, 5) run of a figure in VAR_FIGS has a twin that reads 5 as the
+  variance (std √5) with the same seeds and grid, and each row that reads those runs (and
+  only runs of those figures) a -var twin with the same statistic and margin on the twins."""
+  area = _area()
+  runs = {r.name: r for r in area.PAPER.runs}
+  twins = {n: n.replace("_normalvar_", "_normal_") for n in runs if "_normalvar_" in n}
+  assert {int(n[3:].split("_")[0]) for n in twins} == set(area.VAR_FIGS)
+  for var, sd in twins.items():
+    assert (runs[var].seeds, runs[var].sweep) == (runs[sd].seeds, runs[sd].sweep)
+    assert runs[var].settings == {**runs[sd].settings, "async_rate_std": 5 ** 0.5}
+  claims = {c.id: c for c in area.PAPER.claims}
+  var = {i for i in claims if i.endswith("-var")}
+  figs = tuple(f"fig{f}_" for f in area.VAR_FIGS)
+  reads_sd = {i for i, c in claims.items() if c.test is not None and i not in var
+              and set(c.test.runs()) & set(twins.values())
+              and all(n.startswith(figs) for n in c.test.runs())}
+  assert {i[:-len("-var")] for i in var} == reads_sd
+  for i in var:
+    assert repr(claims[i].test).replace("_normalvar_", "_normal_") == \
+        repr(claims[i[:-len("-var")]].test)
 
 
 def test_the_exact_gradient_runs_hold_every_client_in_one_batch():
