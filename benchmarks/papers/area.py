@@ -26,6 +26,26 @@ NAMES = {"area": "AREA", "fedbuff": "FedBuff", "asfedavg": "AS-FedAvg", "mifa_as
          "sfedavg": "S-FedAvg"}
 OTHERS = METHODS[1:]
 RATES = {"uniform": "uniform rates", "normal": "N(10, 5) rates"}
+# The paper does not say whether N(10, 5)'s 5 is the standard deviation or the variance. The
+# "normal" runs read the standard deviation (clipped at 0.5, 2 to 8 of the 128 clients run at
+# 0.5, 20 times slower than the mean); the "normalvar" runs read the variance (std √5, none
+# below 3.6), with the same seeds, grids and normal draws (each seed's rates are 10 + std z
+# with the same z), for the figures in VAR_FIGS (its rows' ids end in -var).
+VAR, VAR_STD, VAR_FIGS = "normalvar", 5 ** 0.5, (1, 5, 9, 10)
+VAR_WHERE = "N(10, 5) rates, 5 read as the variance, std √5"
+LAWS = {"normal": "N(10, 5)", VAR: "N(10, 5) (variance 5)"}  # the rows across rates
+
+
+def readings(fig: int) -> dict:
+  """A figure's rates, each with the words its rows use."""
+  return {**RATES, **({VAR: VAR_WHERE} if fig in VAR_FIGS else {})}
+
+
+def cid(fig: int, rt: str, rest: str) -> str:
+  """A figure's row id: the variance reading's row takes its N(10, 5) twin's id + -var."""
+  return f"F{fig}-normal-{rest}-var" if rt == VAR else f"F{fig}-{rt}-{rest}"
+
+
 SEEDS = tuple(range(10))  # the paper's 10 repetitions; shared so that settings pair
 # The paper's MNIST setting is the preset area_mnist (fedjax_bench/config/presets.py). The
 # runs state its values, taken from there, so that each run's command (RUNS.md) gives its
@@ -90,10 +110,13 @@ def _every(algo: str, n: int, horizon: float) -> int:
 def fig_run(fig: int, rates: str, algo: str) -> Run:
   n, partition, k, horizon, grid = FIGS[fig]
   settings = {**MNIST, "algo": algo, "num_clients": n, "partition": partition,
-              "alpha": AREA_MNIST["alpha"], "local_steps": k, "async_rates": rates,
+              "alpha": AREA_MNIST["alpha"], "local_steps": k,
+              "async_rates": "normal" if rates == VAR else rates,
               "sim_time": horizon, "eval_every": _every(algo, n, horizon)}
   if partition == "iid":
     del settings["alpha"]
+  if rates == VAR:
+    settings["async_rate_std"] = VAR_STD
   return Run(f"fig{fig}_{rates}_{algo}", settings, SEEDS, {"client_lr": grid})
 
 
@@ -117,7 +140,7 @@ QUAD_STABLE = -2.0  # E1 (d): a stepsize is stable when log10 (x − x*)²/x*² 
 
 
 def runs():
-  out = [fig_run(f, r, a) for f in FIGS for r in RATES for a in METHODS]
+  out = [fig_run(f, r, a) for f in FIGS for r in readings(f) for a in METHODS]
   out += [Run(f"fig4_{name}", {**QUAD, **s, "eval_every": 50 if s["algo"] != "sfedavg" else 1},
               SEEDS, {"client_lr": QUAD_GRID}) for name, s in QUAD_RUNS.items()]
   out += [Run(f"fig4x64_{name}", {**QUAD, **s, "eval_every": 50 if s["algo"] != "sfedavg" else 1},
@@ -235,51 +258,54 @@ def claims():
   out = []
 
   s = "Fig. 1: n = 128, Dirichlet(0.1), one local step"
-  for rt, where in RATES.items():
+  for rt, where in readings(1).items():
     for x in OTHERS:
       out.append(Claim(
-          f"F1-{rt}-alpha-{x}", f"AREA tolerates a larger stepsize than {NAMES[x]} ({where}; "
-          "log10 of each seed's tuned α)", "FedBuff 10 (footnote 3); the others' only in the "
-          "legends", Difference(alpha(r(1, rt, "area")), alpha(r(1, rt, x))), section=s))
+          cid(1, rt, f"alpha-{x}"), f"AREA tolerates a larger stepsize than {NAMES[x]} "
+          f"({where}; log10 of each seed's tuned α)", "FedBuff 10 (footnote 3); the others' "
+          "only in the legends", Difference(alpha(r(1, rt, "area")), alpha(r(1, rt, x))),
+          section=s))
     for x in OTHERS:
       out.append(Claim(
-          f"F1-{rt}-speed-{x}", f"AREA converges faster than {NAMES[x]} ({where}; time "
+          cid(1, rt, f"speed-{x}"), f"AREA converges faster than {NAMES[x]} ({where}; time "
           "average of log10 gap over [0, 20])", "AREA fastest",
           Difference(speed(r(1, rt, x)), speed(r(1, rt, "area"))), section=s))
     for x in OTHERS:
       out.append(Claim(
-          f"F1-{rt}-final-{x}", f"AREA converges more accurately than {NAMES[x]} ({where}; "
-          "log10 gap at T = 20)", "AREA lowest loss",
+          cid(1, rt, f"final-{x}"), f"AREA converges more accurately than {NAMES[x]} "
+          f"({where}; log10 gap at T = 20)", "AREA lowest loss",
           Difference(final(r(1, rt, x)), final(r(1, rt, "area"))), section=s))
     for x in OTHERS:
       out.append(Claim(
-          f"F1-{rt}-acc-{x}", f"AREA's test accuracy at T = 20 is above {NAMES[x]}'s "
+          cid(1, rt, f"acc-{x}"), f"AREA's test accuracy at T = 20 is above {NAMES[x]}'s "
           f"({where}; %)", "AREA highest",
           Difference(accuracy(r(1, rt, "area")), accuracy(r(1, rt, x))), section=s))
     out.append(Claim(
-        f"F1-{rt}-fedbuff-1-slower", f"FedBuff at α = 1 converges much slower than at α = 10 "
-        f"({where}; time average of log10 gap)", "footnote 3",
+        cid(1, rt, "fedbuff-1-slower"), f"FedBuff at α = 1 converges much slower than at "
+        f"α = 10 ({where}; time average of log10 gap)", "footnote 3",
         Difference(at_point(r(1, rt, "fedbuff"), 1.0), at_point(r(1, rt, "fedbuff"), 10.0)),
         section=s))
-  out.append(Claim(
-      "F1-sfedavg-rates", "S-FedAvg degrades substantially with non-uniform rates (time "
-      "average of log10 gap, N(10, 5) − uniform)", "degrades substantially",
-      Difference(speed(r(1, "normal", "sfedavg")), speed(r(1, "uniform", "sfedavg"))),
-      section=s))
+  for rt in (rt for rt in readings(1) if rt != "uniform"):
+    out.append(Claim(
+        "F1-sfedavg-rates" + ("-var" if rt == VAR else ""), "S-FedAvg degrades substantially "
+        f"with non-uniform rates (time average of log10 gap, {LAWS[rt]} − uniform)",
+        "degrades substantially",
+        Difference(speed(r(1, rt, "sfedavg")), speed(r(1, "uniform", "sfedavg"))),
+        section=s))
   out.append(Claim(
       "F1-fedbuff-unstable", "FedBuff's α = 10 is unstable at the beginning", "footnote 3",
       not_attempted="a description of the early curve; no statistic declared (the paper "
       "smooths its curves)", section=s))
 
   s = f"Fig. 2: n = 128, Dirichlet(0.1), 50 local steps (T = {FIGS[2][3]:g})"
-  for rt, where in RATES.items():
+  for rt, where in readings(2).items():
     for x in OTHERS:
       out.append(Claim(
-          f"F2-{rt}-alpha-{x}", f"AREA tolerates a larger stepsize than {NAMES[x]} ({where})",
+          cid(2, rt, f"alpha-{x}"), f"AREA tolerates a larger stepsize than {NAMES[x]} ({where})",
           "legends", Difference(alpha(r(2, rt, "area")), alpha(r(2, rt, x))), section=s))
     for x in OTHERS:
       out.append(Claim(
-          f"F2-{rt}-acc-speed-{x}", f"AREA's test accuracy rises faster than {NAMES[x]}'s "
+          cid(2, rt, f"acc-speed-{x}"), f"AREA's test accuracy rises faster than {NAMES[x]}'s "
           f"({where}; time average of test accuracy over [0, {FIGS[2][3]:g}], %)", "AREA fastest",
           Difference(accuracy_speed(r(2, rt, "area")), accuracy_speed(r(2, rt, x))),
           section=s))
@@ -326,69 +352,69 @@ def claims():
                            margin=1.0), section=s))
 
   s = "Fig. 5: n = 4, Dirichlet(0.1), one local step"
-  for rt, where in RATES.items():
+  for rt, where in readings(5).items():
     for w in ("fedbuff", "mifa_async"):
       for x in ("area", "asfedavg", "sfedavg"):
         out.append(Claim(
-            f"F5-{rt}-{w}-over-{x}", f"{NAMES[w]} outperforms {NAMES[x]} ({where}; log10 gap "
+            cid(5, rt, f"{w}-over-{x}"), f"{NAMES[w]} outperforms {NAMES[x]} ({where}; log10 gap "
             "at T = 20)", "FedBuff and MIFA best",
             Difference(final(r(5, rt, x)), final(r(5, rt, w))), section=s))
     for x in ("fedbuff", "mifa_async"):
       out.append(Claim(
-          f"F5-{rt}-scaling-{x}", f"AREA scales better with n: its log10 gap minus "
+          cid(5, rt, f"scaling-{x}"), f"AREA scales better with n: its log10 gap minus "
           f"{NAMES[x]}'s is larger at n = 4 than at n = 128 ({where}, T = 20)",
           "better scaling", LargerGap(final(r(5, rt, "area")), final(r(5, rt, x)),
                                       c=final(r(1, rt, "area")), d=final(r(1, rt, x))),
           section=s))
 
   s = "Fig. 6: n = 4, Dirichlet(0.1), 50 local steps"
-  for rt, where in RATES.items():
+  for rt, where in readings(6).items():
     for x in OTHERS:
       out.append(Claim(
-          f"F6-{rt}-acc-{x}", f"AREA's test accuracy at T is above {NAMES[x]}'s ({where}; %)",
+          cid(6, rt, f"acc-{x}"), f"AREA's test accuracy at T is above {NAMES[x]}'s ({where}; %)",
           "AREA best", Difference(accuracy(r(6, rt, "area")), accuracy(r(6, rt, x))),
           section=s))
     for x in ("fedbuff", "asfedavg", "mifa_async"):
       out.append(Claim(
-          f"F6-{rt}-sfedavg-over-{x}", f"S-FedAvg's test accuracy at T is above "
+          cid(6, rt, f"sfedavg-over-{x}"), f"S-FedAvg's test accuracy at T is above "
           f"{NAMES[x]}'s ({where}; %)", "S-FedAvg second",
           Difference(accuracy(r(6, rt, "sfedavg")), accuracy(r(6, rt, x))), section=s))
     for x in ("fedbuff", "mifa_async"):
       out.append(Claim(
-          f"F6-{rt}-destabilize-{x}", f"50 local steps destabilize {NAMES[x]}: at the "
+          cid(6, rt, f"destabilize-{x}"), f"50 local steps destabilize {NAMES[x]}: at the "
           f"stepsize tuned for one step, its log10 gap at T = 20 is above the one-step run's "
           f"({where})", "destabilize",
           Difference(at_tuned_of(r(6, rt, x), r(5, rt, x)), final(r(5, rt, x))), section=s))
 
   s = "Fig. 7: n = 128, iid, one local step"
-  for rt, where in RATES.items():
+  for rt, where in readings(7).items():
     for w in ("area", "fedbuff"):
       for x in ("asfedavg", "mifa_async", "sfedavg"):
         out.append(Claim(
-            f"F7-{rt}-{w}-over-{x}", f"{NAMES[w]} outperforms {NAMES[x]} ({where}; log10 gap "
+            cid(7, rt, f"{w}-over-{x}"), f"{NAMES[w]} outperforms {NAMES[x]} ({where}; log10 gap "
             "at T = 20)", "AREA and FedBuff best",
             Difference(final(r(7, rt, x)), final(r(7, rt, w))), section=s))
     out.append(Claim(
-        f"F7-{rt}-band", f"AREA is more stable than FedBuff: a tighter min-max band ({where}; "
+        cid(7, rt, "band"), f"AREA is more stable than FedBuff: a tighter min-max band ({where}; "
         f"mean distance of a seed's log10 gap from the seed mean over [10, 20])",
         "tighter confidence bounds", Difference(band(r(7, rt, "fedbuff")),
                                                 band(r(7, rt, "area"))), section=s))
 
   s = f"Fig. 8: n = 128, iid, 50 local steps (T = {FIGS[8][3]:g})"
-  for rt, where in RATES.items():
+  for rt, where in readings(8).items():
     for x in ("area", "fedbuff", "mifa_async", "sfedavg"):
       out.append(Claim(
-          f"F8-{rt}-asfedavg-over-{x}", f"AS-FedAvg converges fastest: faster than "
+          cid(8, rt, f"asfedavg-over-{x}"), f"AS-FedAvg converges fastest: faster than "
           f"{NAMES[x]} ({where}; time average of log10 gap over [0, {FIGS[8][3]:g}])",
           "AS-FedAvg fastest",
           Difference(speed(r(8, rt, x)), speed(r(8, rt, "asfedavg"))), section=s))
     for x in ("fedbuff", "mifa_async", "sfedavg"):
       out.append(Claim(
-          f"F8-{rt}-area-over-{x}", f"AREA converges second fastest: faster than {NAMES[x]} "
+          cid(8, rt, f"area-over-{x}"), f"AREA converges second fastest: faster than {NAMES[x]} "
           f"({where})", "AREA second", Difference(speed(r(8, rt, x)), speed(r(8, rt, "area"))),
           section=s))
     out.append(Claim(
-        f"F8-{rt}-boost-asfedavg", f"50 local steps speed up AS-FedAvg: its log10 gap at "
+        cid(8, rt, "boost-asfedavg"), f"50 local steps speed up AS-FedAvg: its log10 gap at "
         f"t = {FIGS[8][3]:g} is below its one-step run's ({where})", "speeds up significantly",
         Difference(near(r(7, rt, "asfedavg"), FIGS[8][3]), final(r(8, rt, "asfedavg"))),
         section=s))
@@ -400,32 +426,36 @@ def claims():
 
   s = "Fig. 9: n = 4, iid, one local step"
   two = math.log10(2)
-  for rt, where in RATES.items():
+  for rt, where in readings(9).items():
     for x in (OTHERS if rt == "uniform" else ("fedbuff", "asfedavg", "mifa_async")):
       out.append(Claim(
-          f"F9-{rt}-comparable-{x}", f"{NAMES[x]} and AREA perform comparably ({where}; "
+          cid(9, rt, f"comparable-{x}"), f"{NAMES[x]} and AREA perform comparably ({where}; "
           "log10 gaps at T = 20 within log10 2)", "comparable",
           Equivalent(final(r(9, rt, x)), final(r(9, rt, "area")), two), section=s))
-  out.append(Claim(
-      "F9-normal-sfedavg", "except S-FedAvg under non-uniform rates: its log10 gap at T = 20 "
-      "is above AREA's", "S-FedAvg worse",
-      Difference(final(r(9, "normal", "sfedavg")), final(r(9, "normal", "area"))), section=s))
-  out.append(Claim(
-      "F9-sfedavg-rates", "S-FedAvg's log10 gap at T = 20 is higher with N(10, 5) rates than "
-      "with uniform rates", "S-FedAvg worse",
-      Difference(final(r(9, "normal", "sfedavg")), final(r(9, "uniform", "sfedavg"))),
-      section=s))
+  normal = [rt for rt in readings(9) if rt != "uniform"]
+  for rt in normal:
+    out.append(Claim(
+        cid(9, rt, "sfedavg"), "except S-FedAvg under non-uniform rates"
+        f"{f' ({VAR_WHERE})' if rt == VAR else ''}: its log10 gap at T = 20 is above AREA's",
+        "S-FedAvg worse",
+        Difference(final(r(9, rt, "sfedavg")), final(r(9, rt, "area"))), section=s))
+  for rt in normal:
+    out.append(Claim(
+        "F9-sfedavg-rates" + ("-var" if rt == VAR else ""), f"S-FedAvg's log10 gap at T = 20 "
+        f"is higher with {LAWS[rt]} rates than with uniform rates", "S-FedAvg worse",
+        Difference(final(r(9, rt, "sfedavg")), final(r(9, "uniform", "sfedavg"))),
+        section=s))
 
   s = "Fig. 10: n = 4, iid, 50 local steps"
-  for rt, where in RATES.items():
+  for rt, where in readings(10).items():
     for x in ("fedbuff", "mifa_async"):
       out.append(Claim(
-          f"F10-{rt}-destabilize-{x}", f"50 local steps destabilize {NAMES[x]}: at the "
+          cid(10, rt, f"destabilize-{x}"), f"50 local steps destabilize {NAMES[x]}: at the "
           f"stepsize tuned for one step, its log10 gap at T = 20 is above the one-step run's "
           f"({where})", "destabilize",
           Difference(at_tuned_of(r(10, rt, x), r(9, rt, x)), final(r(9, rt, x))), section=s))
     out.append(Claim(
-        f"F10-{rt}-boost-asfedavg", f"50 local steps boost AS-FedAvg: its log10 gap at T = 20 "
+        cid(10, rt, "boost-asfedavg"), f"50 local steps boost AS-FedAvg: its log10 gap at T = 20 "
         f"is below its one-step run's ({where})", "boosts",
         Difference(final(r(9, rt, "asfedavg")), final(r(10, rt, "asfedavg"))),
         section=s))
@@ -544,7 +574,7 @@ def figures(declared):
       floor=_floor(runs[0][0]), clock="cum_time")
   out = []
   for f, (n, partition, k, _, _) in FIGS.items():
-    for rt, where in RATES.items():
+    for rt, where in readings(f).items():
       methods = tuple((r(f, rt, a), NAMES[a]) for a in METHODS)
       what = f"n = {n}, {partition}, K = {k}, {where}"
       out.append(gap(f"Fig. {f}: {what}", methods, f"fig{f}_{rt}_gap.png"))
@@ -564,6 +594,18 @@ def figures(declared):
   return tuple(out)
 
 
+_VAR_FIGS = f"{', '.join(map(str, VAR_FIGS[:-1]))} and {VAR_FIGS[-1]}"
+VAR_INTRO = f"""The paper's non-uniform rates are N(10, 5), and it does not say whether 5 is
+the standard deviation or the variance, so Figs. {_VAR_FIGS}
+run under both readings, side by side. The rows of "N(10, 5) rates" (runs `*_normal_*`)
+read the standard deviation, clipped at 0.5: on our seeds 2 to 8 of the 128 clients (none
+or one of 4) run at 0.5, 20 times slower than the mean. The rows whose id ends in -var
+(runs `*_normalvar_*`, "{VAR_WHERE}")
+read the variance, `--async_rate_std` = √5: the slowest of 128 clients runs at 3.7 to 5.5,
+of 4 at 4.3 to 9.7. They have the same seeds, grids, statistics and margins, and the same
+normal draws (rates 10 + std z with the same z), so the two readings pair per seed; each
+counts as a claim. The other figures' N(10, 5) rows and our E2/E3 read the standard
+deviation only."""
 CLAIMS = claims()
 RUNS = _read(CLAIMS)
 PAPER = Paper(
@@ -587,7 +629,7 @@ its method's tuning picks (our rule, in the module docstring), except the rows o
 read each
 seed's own choice so that their interval reflects how stable the choice is. Gaps are
 f(x_s) − f* on all 60,000 training examples, compared in log10 (decades), paired per
-seed.""",
+seed. """ + VAR_INTRO,
     notes="""The paper gives no numbers: its claims are orderings read off smoothed curves,
 so every "beats" has margin 0 (the whole interval above zero) and only our calibration's
 checks (E2, E3) carry the calibration's factors as margins. Rows on stepsizes read grid
