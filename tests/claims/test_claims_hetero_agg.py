@@ -70,3 +70,20 @@ def test_relative_is_the_fraction_saved_paired_per_seed():
   same = {"a": recs["a"], "b": recs["a"]}
   assert Relative(a, b).outcome(same).verdict == NOT_REPRODUCED
   assert "/ (" in Relative(a, b, margin=0.46).statistic()
+
+
+def test_top_group_share_counts_the_places_the_most_frequent_clients_hold():
+  # 3 clients, k = 1: the round leaders are 0, 0, 1 (round 0 has no weights yet), so the most
+  # frequent leader holds 2 of the 3 places; seed 1's leaders 2, 1, 0 give 1 of 3.
+  from benchmarks.papers.hetero_agg import TopGroupShare
+  nan = float("nan")
+  a = {0: [[nan, nan], [0.8, 0.1], [0.6, 0.2], [0.1, 0.5]],   # client 0: [round][seed]
+       1: [[nan, nan], [0.15, 0.2], [0.3, 0.5], [0.7, 0.3]],
+       2: [[nan, nan], [0.05, 0.7], [0.1, 0.3], [0.2, 0.2]]}
+  metrics = {f"alpha_{i:04d}": [[row] for row in a[i]] for i in a}  # [E][G][S]
+  rec = {"r": {"metrics": {**metrics, "alpha_max": metrics["alpha_0000"]},
+               "seeds": [0, 1], "rounds": [0, 1, 2, 3]}}
+  np.testing.assert_allclose(TopGroupShare("r", k=1).values(rec), [2 / 3, 1 / 3])
+  # k = 2 of 3 clients: the two most frequent hold 5 of 6 places (seed 0: {0, 1} twice, then
+  # {1, 2}: client 1 three times, client 0 twice).
+  np.testing.assert_allclose(TopGroupShare("r", k=2).values(rec)[0], 5 / 6)
