@@ -9,4 +9,4 @@ PAPERS = {p.name: p for p in (fedawe.PAPER, fedef.PAPER, area.PAPER, hetero_agg.
                               personalization.PAPER, methods.PAPER, leaderboard.PAPER)}
 # Declared, their runs not made yet: `--check` skips them (`--list` and `claims.py PAPER`
 # work). A paper leaves this list in the commit that adds its runs and REPORT.md.
-PENDING = ("leaderboard",)
+PENDING = ()

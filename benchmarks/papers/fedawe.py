@@ -52,7 +52,7 @@ T8_OTHERS = {"fedavg_all": {"¾": +1, "final": +1}, "fedau": {"¾": -1},
              "fedavg_known": {"¾": -1, "final": -1}, "mifa": {"¾": -1, "final": -1}}
 # The linear speedup (§6): FedAWE on toyfl, every client available with the same p each
 # round (stationary, so δ = δ_max = p and k = pm clients a round in expectation), η_g
-# scaled as √(δm) (Corollary 1, the spec's §6: η_g = √(sδm)), 1 at p = 0.1 as in TOYFL;
+# scaled as √(δm) (Corollary 1: η_g = √(sδm)), 1 at p = 0.1 as in TOYFL;
 # the full-batch squared gradient norm every 5 rounds, so round T/4 = 75 is evaluated.
 SPEEDUP_P = (0.1, 0.4)
 SPEEDUP = {**TOYFL, "algo": "fedawe", "fedawe_clip": 0.0, "availability": "stationary",
@@ -357,8 +357,8 @@ def group2_claims():
 
 
 def speedup_claims():
-  """§6's linear speedup: Corollary 1's rate O(1/√(skT)) (the spec's §6; the corollary is
-  past the end of our copy of the paper) makes the error a function of kT, so k clients
+  """§6's linear speedup: Corollary 1's rate O(1/√(skT)) (the full paper, arXiv:2409.17446;
+  the corollary is past the end of our copy of its text) makes the error a function of kT, so k clients
   for T rounds and 4k clients for T/4 rounds should leave the same squared gradient norm;
   read on a log10 scale and equal within a factor √2, half-way (in log) between the linear
   speedup (1) and none (a factor 2 at the rate 1/√T)."""
@@ -441,8 +441,8 @@ zero). Where two rows would read the same runs, one is kept: Table 9's γ = 0.3 
 10's α = 0.1 against FedAvg-active and F3AST are Table 2's toyfl sine rows.
 
 Our copy of the paper's text stops in §6.3, before Corollary 1 and §7: Tables 2 and 8-10
-and Figs. 3 and 7 are read from the spec's transcription of the full paper (the numbers
-in the paper column of those rows are the spec's), and the rows against group 2 and on the
+and Figs. 3 and 7 are read from the full paper (arXiv:2409.17446; docs/papers/fedawe.md
+says how), whose numbers in the paper column we could not check against our copy, and the rows against group 2 and on the
 speedup quote only the text we have (abstract, §1, §2). Table 8's other algorithms are
 read as the table orders them against FedAWE: one row for each target at which SVHN,
 CIFAR-10 and CINIC-10 agree strictly (FedAvg-all later at ¾ and the final target, FedAU
@@ -452,7 +452,7 @@ the sign test decides nothing (6 are needed), so they are at best direction only
 related work's "superior numerical performance" of the memory-aided methods (MIFA and
 another) is read as MIFA beating FedAvg-active, the aggregation it adds memory to; unlike
 FedAWE against MIFA, that can show on toyfl, where FedAvg-active is biased. The linear
-speedup is read from Corollary 1 as the spec transcribes it (rate O(1/√(skT)) with
+speedup is read from the full paper's Corollary 1 (rate O(1/√(skT)) with
 η_g = √(sδm)): the error depends on k and T through kT, so 4× the clients a round should
 reach in a quarter of the rounds the squared full-batch gradient norm at x̄ (of the
 training loss, examples weighted equally, where the paper's F weights clients equally).

@@ -1,7 +1,7 @@
 """Fed-EF's Appendix C.1 (Figs. 16-18): the compression discrepancy q_A² of TopK-0.1 and Sign
 on simulated heterogeneous gradients, a seeded NumPy Monte-Carlo (no federated run).
 
-Our reading (the spec's resolution of what the paper leaves out, docs/papers/fedef.md): n = 5
+Our reading (what the paper leaves out, resolved in docs/papers/fedef.md): n = 5
 clients, d = 1100; client i's vector a_i has i.i.d. N(0, 0.01²) entries (Fig. 16) or
 Laplace(0, 0.01) ones (Fig. 17), and its own block of coordinates [200 i, 200 i + 200) is
 multiplied by s, its "strong signals" (the last 100 coordinates are nobody's); no error

@@ -55,6 +55,7 @@ class Task:
   tuning_seeds: tuple[int, ...] = (100, 101, 102)
   grid_points: int = 4                # every method's grid has exactly this many
   paper_scale: Mapping = dataclasses.field(default_factory=dict)  # overrides for a GPU
+                                      # (None: drop the task's setting)
   pending: str = ""                   # why its runs are not made here (declared only)
   summary: str = ""                   # what the task is for, one line
 
@@ -80,7 +81,8 @@ class Task:
   def runs(self, scale: Optional[Mapping] = None) -> tuple[Run, ...]:
     out = []
     for m in self.methods:
-      settings = {**self.settings, **(scale or {}), **m.settings}
+      settings = {k: v for k, v in {**self.settings, **(scale or {}), **m.settings}.items()
+                  if v is not None}  # a scale's None drops the task's setting
       out.append(Run(self.run_name(m, True), settings, self.tuning_seeds, dict(m.grid)))
       out.append(Run(self.run_name(m), settings, self.seeds, dict(m.grid)))
     return tuple(out)
@@ -124,12 +126,11 @@ def board(name: str, title: str, tasks: tuple[Task, ...], intro: str = "",
   if len(set(names)) != len(names):
     raise ValueError("a task declared twice")
   run = [t for t in tasks if not t.pending]
-  p = Paper(name=name, title=title, source="", intro=intro, notes=notes,
-            runs=tuple(r for t in run for r in t.runs()),
-            claims=tuple(c for t in run for c in t.claims()),
-            figures=tuple(t.figure() for t in run),
-            renderer=lambda paper, records: render(paper, records, tasks))
-  return p
+  return Paper(name=name, title=title, source="", intro=intro, notes=notes,
+               runs=tuple(r for t in run for r in t.runs()),
+               claims=tuple(c for t in run for c in t.claims()),
+               figures=tuple(t.figure() for t in run),
+               renderer=lambda paper, records: render(paper, records, tasks))
 
 
 def _fmt(x: float, signed: bool = False, digits: int = 1) -> str:
@@ -157,10 +158,10 @@ def _tuned(task: Task, m: Method, records: dict) -> str:
   return out + (f" (grid end: {', '.join(ends)})" if ends else "")
 
 
-def _cost(task: Task, m: Method, records: dict) -> tuple[int, float, float]:
+def _cost(task: Task, m: Method, records: dict) -> tuple[int, float]:
+  """(runs, CPU seconds) of a method: its tuning and reported runs."""
   recs = [records[task.run_name(m, t)] for t in (True, False)]
-  return (len(recs), sum(r.get("cpu_seconds", r["seconds"]) for r in recs),
-          sum(r["seconds"] for r in recs))
+  return len(recs), sum(r.get("cpu_seconds", r["seconds"]) for r in recs)
 
 
 def _rows(task: Task, records: dict):
@@ -182,7 +183,7 @@ def _rounds(values: np.ndarray, last: float) -> str:
   return text + (f", {never} never" if never else "")
 
 
-def _task_table(task: Task, records: dict, paper: Paper) -> list[str]:
+def _task_table(task: Task, records: dict) -> list[str]:
   b = task.baseline
   rows = _rows(task, records)
   after = verdicts._after(np.asarray(records[task.run_name(b)]["rounds"]))
@@ -197,22 +198,23 @@ def _task_table(task: Task, records: dict, paper: Paper) -> list[str]:
            f"{words.count('better')} better, {words.count('worse')} worse, "
            f"{words.count(NOT_RESOLVED)} not resolved.", "",
            f"| method | {metric}, 95% CI | rounds to {task.target:.0%}: median [range] | "
-           f"− {b.label}, paired (95% CI) | vs {b.label} | tuned at | runs, CPU s |",
-           "|---|---|---|---|---|---|---|"]
+           f"− {b.label}, paired (95% CI) | vs {b.label} | tuned at | runs, CPU s | "
+           "recompute: `--verify leaderboard` |",
+           "|---|---|---|---|---|---|---|---|"]
   for m, final, outcome, rounds in rows:
     diff = "—" if outcome is None else f"{outcome.ours} {outcome.interval}"
     word = "—" if outcome is None else f"**{WORDS.get(outcome.verdict, NOT_RESOLVED)}**"
-    n, cpu, _ = _cost(task, m, records)
+    n, cpu = _cost(task, m, records)
     label = m.label + (f" ({task.metric_of(m)})" if m.metric else "")
+    again = "with any row" if outcome is None else f"`--claim={task.claim_id(m)}`"
     lines.append(f"| {label} | {_interval(final)} | {_rounds(rounds, after)} | {diff} | "
-                 f"{word} | {_tuned(task, m, records)} | {n}, {cpu:.0f} |")
-  first = task.claim_id(task.methods[1]) if len(task.methods) > 1 else ""
+                 f"{word} | {_tuned(task, m, records)} | {n}, {cpu:.0f} | {again} |")
   lines += ["", f"Recompute a row: `python benchmarks/claims.py --verify leaderboard "
-                f"--claim={task.name}-METHOD` reruns its method's and {b.label}'s runs aside "
-                f"and fails if its verdict changes (`python benchmarks/claims.py leaderboard "
-                f"--claim={first}` makes missing runs; each run's command is in "
-                f"[RUNS.md](RUNS.md)). A seed that never reaches {task.target:.0%} counts "
-                f"{after:.0f} rounds.", ""]
+                f"--claim=ID` reruns the method's and {b.label}'s runs aside (tuning and "
+                "reported), recomputes every number of the row from them and fails if its "
+                f"verdict changes; `python benchmarks/claims.py leaderboard --claim=ID` makes "
+                f"them where missing, and each run's command is in [RUNS.md](RUNS.md). A seed "
+                f"that never reaches {task.target:.0%} counts {after:.0f} rounds.", ""]
   notes = [f"{m.label}: {m.note}" for m in task.methods if m.note]
   if notes:
     lines += ["Notes: " + " ".join(notes), ""]
@@ -226,7 +228,7 @@ def summary_line(task: Task, records: dict) -> str:
   rows = _rows(task, records)
   words = [WORDS.get(o.verdict, NOT_RESOLVED) for _, _, o, _ in rows if o is not None]
   best, final = rows[0][0], rows[0][1]
-  return (f"{task.title}: best {best.label}, {task.metric} {_interval(final)}%; against "
+  return (f"{task.title}: best {best.label}, {_interval(final)}; against "
           f"{task.baseline.label} {words.count('better')} better, {words.count('worse')} "
           f"worse, {words.count(NOT_RESOLVED)} not resolved.")
 
@@ -247,8 +249,10 @@ def _declared(task: Task) -> list[str]:
 
 
 def _scale(task: Task) -> str:
-  flags = " ".join(f"--{k}={v}" for k, v in task.paper_scale.items())
-  return f"| {task.title} | `{flags}` |"
+  flags = " ".join(f"--{k}={v}" for k, v in task.paper_scale.items() if v is not None)
+  dropped = [f"--{k}" for k, v in task.paper_scale.items() if v is None]
+  return f"| {task.title} | `{flags}`" + (f", without {', '.join(dropped)}" if dropped
+                                           else "") + " |"
 
 
 def render(paper: Paper, records: dict, tasks: tuple[Task, ...]) -> dict[str, str]:
@@ -264,7 +268,7 @@ def render(paper: Paper, records: dict, tasks: tuple[Task, ...]) -> dict[str, st
            "[RUNS.md](RUNS.md).", "", "In one line each (README.md repeats these lines):",
            "", *(f"- {summary_line(t, records)}" for t in run), ""]
   for t in run:
-    lines += _task_table(t, records, paper)
+    lines += _task_table(t, records)
   if pending:
     lines += ["## Declared, not run here", "",
               "These tasks are declared with their methods and grids; their runs are not "

@@ -89,5 +89,5 @@ def test_the_declared_leaderboard_runs_are_valid_commands():
   from benchmarks.papers import leaderboard as declared
   from fedjax_bench.claims import store
   for task in declared.TASKS:
-    for r in task.runs():
+    for r in task.runs() + task.runs(task.paper_scale):
       store.config_key(r)  # resolves the settings and checks the sweep as the CLI would
