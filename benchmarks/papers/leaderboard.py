@@ -80,8 +80,8 @@ MNIST_MLP = Task(
     summary="100 clients of a Dirichlet(0.1) label split (each seed its own), 10 a round, "
             "the 784-200-200-10 MLP, 10 local steps of batch 32, 100 rounds.",
     pending="the runs of 13 of its 14 methods are made (results/leaderboard/runs/, about "
-            "90 minutes on a loaded 2-core machine); FedMax's are not yet, and the table "
-            "waits for them.",
+            "100 minutes on a loaded 2-core machine) and FedMax's tuning run; its reported run "
+            "is not yet, and the table waits for it.",
     paper_scale=dict(num_clients=500, clients_per_round=50, rounds=1000))
 
 # --- FedAWE's stress availability: the methods for clients that come and go ----------------
