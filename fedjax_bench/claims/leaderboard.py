@@ -187,16 +187,14 @@ def _task_table(task: Task, records: dict) -> list[str]:
   b = task.baseline
   rows = _rows(task, records)
   after = verdicts._after(np.asarray(records[task.run_name(b)]["rounds"]))
-  words = [WORDS.get(o.verdict, NOT_RESOLVED) for _, _, o, _ in rows if o is not None]
   metric = f"{task.metric} (%)" + (f", mean of the last {task.window} rounds" if task.window
                                    else ", final")
   lines = [f"## {task.title}", "", task.summary, "" if task.summary else None,
            f"{len(task.methods)} methods, each swept over {task.grid_points} grid points on "
            f"tuning seeds {_seeds(task.tuning_seeds)} and reported on seeds "
            f"{_seeds(task.seeds)} at the point of its best seed-mean {task.metric} there. "
-           f"{len(words)} comparisons with {b.label}, each at 95% on its own: "
-           f"{words.count('better')} better, {words.count('worse')} worse, "
-           f"{words.count(NOT_RESOLVED)} not resolved.", "",
+           f"{len(task.methods) - 1} comparisons with {b.label}, each at 95% on its own: "
+           f"{_tally(rows)}.", "",
            f"| method | {metric}, 95% CI | rounds to {task.target:.0%}: median [range] | "
            f"− {b.label}, paired (95% CI) | vs {b.label} | tuned at | runs, CPU s | "
            "recompute: `--verify leaderboard` |",
@@ -226,11 +224,16 @@ def summary_line(task: Task, records: dict) -> str:
   """The task's result in one line: its best method and how the others fared against the
   baseline."""
   rows = _rows(task, records)
-  words = [WORDS.get(o.verdict, NOT_RESOLVED) for _, _, o, _ in rows if o is not None]
   best, final = rows[0][0], rows[0][1]
   return (f"{task.title}: best {best.label}, {_interval(final)}; against "
-          f"{task.baseline.label} {words.count('better')} better, {words.count('worse')} "
-          f"worse, {words.count(NOT_RESOLVED)} not resolved.")
+          f"{task.baseline.label} {_tally(rows)}.")
+
+
+def _tally(rows) -> str:
+  """"b better, w worse, n not resolved": the rows' comparisons with the baseline."""
+  words = [WORDS.get(o.verdict, NOT_RESOLVED) for _, _, o, _ in rows if o is not None]
+  return (f"{words.count('better')} better, {words.count('worse')} worse, "
+          f"{words.count(NOT_RESOLVED)} not resolved")
 
 
 def _seeds(seeds) -> str:
