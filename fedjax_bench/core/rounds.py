@@ -68,13 +68,17 @@ def train(task, world, hp: Synchronous, start, c: Cohort, key, t, *, per_client_
   and ``keep``). ``opt`` (an optax transformation) replaces the client optimizer: a
   method's own local steps. ``client_loss``: `local.train_cohort`'s."""
   hp = coerce(Synchronous, hp)
+  sgd_lr = None
   if opt is None:
-    opt = hp.client_optimizer(schedules.client_lr(hp, t))
+    lr = schedules.client_lr(hp, t)
+    opt = hp.client_optimizer(lr)
+    if hp.fused_logreg and hp.client_opt == "sgd" and not hp.client_grad_clip:
+      sgd_lr = lr
   return local.train_cohort(
       task, world, start, c.ids, key, opt=opt,
       batch_size=hp.batch_size, sampling=hp.sampling, width=hp.client_width, loss_fn=loss_fn,
       per_client_start=per_client_start, sum_weights=sum_weights, valid=c.valid,
-      transform=transform, keep=keep, client_loss=client_loss)
+      transform=transform, keep=keep, client_loss=client_loss, sgd_lr=sgd_lr)
 
 
 def apply_update(sopt: optax.GradientTransformation, server: ServerState, delta, world_state,

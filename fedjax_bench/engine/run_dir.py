@@ -45,11 +45,14 @@ NOT_IN_FINGERPRINT = ("output_dir", "name", "resume", "overwrite", "check_only",
 # --client_grad_clip=0 are the local SGD of every run before; the others act only with
 # another --client_opt, which the fingerprint then holds. --finetune_steps=0 evaluates no
 # fine-tuned model (--finetune_lr acts only with steps). --rotation_clusters=0 rotates
-# nothing (the data of every run before it).
+# nothing (the data of every run before it). --fused_logreg=true trains logistic
+# regression's plain SGD by the fused CPU kernel: the arithmetic of the runs before, its
+# sums in another order (their code records, not their keys, mark them stale).
 OMITTED_AT_DEFAULT = ("holdout_fraction", "rotation_clusters", "lstm_hidden", "min_samples",
                       "test_examples", "host_devices", "finetune_steps", "finetune_lr",
                       "client_opt", "client_momentum", "client_beta1", "client_beta2",
-                      "client_eps", "client_weight_decay", "client_grad_clip")
+                      "client_eps", "client_weight_decay", "client_grad_clip",
+                      "fused_logreg")
 # Likewise an algorithm's settings added after its runs were recorded, at the value that
 # was its behaviour before (SCAFFOLD and FedDyn averaged uniformly before --weighting).
 OMITTED_FOR = {"scaffold": {"weighting": "uniform"}, "feddyn": {"weighting": "uniform"}}

@@ -12,11 +12,13 @@ import optax
 from flax import linen as nn
 
 from fedjax_bench.core import local, parts
+from fedjax_bench.core.kernels import logreg_sgd
 from fedjax_bench.core.parts import STATE, has_state
 from fedjax_bench.core.types import Personal
 from fedjax_bench.data import augment
 from fedjax_bench.data.federated import pixels_to_float
 from fedjax_bench.models import batch_norm
+from fedjax_bench.models.dense import LogReg
 from fedjax_bench.task.evaluation import (_chunked, _divide, _mean_loss_and_accuracy,
                                           _optimum_metrics, _over_clients)
 
@@ -236,6 +238,30 @@ class Task:
     per_example = self.pointwise_loss(outputs, y)
     loss = jnp.sum(w * per_example) / jnp.maximum(jnp.sum(w), 1e-12)
     return loss + self.penalty(params) if self.l2 else loss
+
+  def sgd_kernel(self, x_dtype) -> Callable | None:
+    """Local SGD on this task in one fused CPU kernel (`core.kernels.logreg_sgd`), for
+    minibatches of ``x_dtype``: ``(params, x [S, B, D], y, w, steps, lr) -> (params, the
+    sum of the steps' losses)``, or None where XLA's loop trains the model. Only logistic
+    regression on raw features (no standardization, augmentation or l2) with cross
+    entropy, on a CPU."""
+    model = self.model
+    if not (isinstance(model, LogReg) and model.normalize is None and not self.l2
+            and self.loss_type == "cross_entropy" and self.augmentation == "none"
+            and jax.default_backend() == "cpu"):
+      return None
+    name = logreg_sgd.target(x_dtype)
+    if name is None:
+      return None
+
+    def train(params, x, y, w, steps, lr):
+      (layer, weights), = params.items()
+      kernel, bias, loss = logreg_sgd.train(weights["kernel"], weights.get("bias"), x, y, w,
+                                            steps, lr, name=name)
+      new = {"kernel": kernel} if bias is None else {"kernel": kernel, "bias": bias}
+      return {layer: new}, loss
+
+    return train
 
   def penalty(self, params) -> jax.Array:
     """(l2/2) * the sum of squares of all parameters (not a batch norm's statistics)."""

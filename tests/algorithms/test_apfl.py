@@ -92,8 +92,10 @@ def test_rounds_follow_algorithm_1_under_partial_participation(adaptive, alpha0)
 def test_alpha_zero_fixed_is_fedavg_bit_for_bit(client_opt):
   task, world = toy_setup(num_clients=N, cohort=COHORT, local_steps=3, batch_size=4,
                           holdout=0.3)
+  # XLA's loop on both sides: the fused kernel takes FedAvg's plain SGD only (it is pinned
+  # to the loop to rounding in tests/core/test_logreg_sgd.py).
   hp = dict(client_lr=0.3, batch_size=4, local_steps=3, weighting="data_size",
-            client_opt=client_opt)
+            client_opt=client_opt, fused_logreg=False)
   server, clients, m = run_rounds(apfl.build(task, world, {**hp, "apfl_alpha": 0.0,
                                                            "apfl_adaptive": False}))
   reference, _, m_ref = run_rounds(fedavg.build(task, world, hp))

@@ -84,8 +84,11 @@ def test_control_variates_held_at_zero_are_fedavg_bit_for_bit():
   its c_i+ (`train_cohort`'s keep); the correction term adds exact zeros."""
   task, world = toy_setup(num_clients=N, cohort=COHORT, local_epochs=1.0, batch_size=4)
   for weighting in ("uniform", "data_size"):
+    # XLA's loop on both sides: the fused kernel takes FedAvg's plain SGD only (it is pinned
+    # to the loop to rounding in tests/core/test_logreg_sgd.py).
     _zero_is_fedavg(task, world, dict(client_lr=0.3, server_lr=0.7, batch_size=4,
-                                      local_epochs=1.0, weighting=weighting))
+                                      local_epochs=1.0, weighting=weighting,
+                                      fused_logreg=False))
 
 
 def _zero_is_fedavg(task, world, hp):

@@ -138,7 +138,9 @@ def test_sgd_is_the_program_of_before():
   """The default client optimizer is ``optax.sgd(lr)`` itself: the local training's jaxpr
   is the one an explicit ``optax.sgd`` gives (no clip, no state), for every step size form."""
   task, world = toy_setup(num_clients=N, cohort=COHORT)
-  hp = rounds.Synchronous(client_lr=0.2, lr_decay_per_round=0.9)
+  # XLA's loop: the fused kernel would replace this logistic regression's default steps
+  # (tests/core/test_logreg_sgd.py).
+  hp = rounds.Synchronous(client_lr=0.2, lr_decay_per_round=0.9, fused_logreg=False)
   server = rounds.init_server(task, world, optax.sgd(1.0), jax.random.PRNGKey(0))
   key = jax.random.PRNGKey(1)
   _, c, _ = rounds.observe(world, server, key)
