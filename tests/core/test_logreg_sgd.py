@@ -143,10 +143,10 @@ def test_other_models_and_objectives_have_no_kernel():
   assert task.sgd_kernel(np.int8) is None
 
 
-def test_without_a_compiler_xla_runs(monkeypatch, capsys):
+def test_without_a_compiler_xla_runs(monkeypatch, capsys, tmp_path):
   monkeypatch.setattr(kernels, "_targets", {})
-  monkeypatch.setenv("CXX", "/nonexistent/c++")
-  monkeypatch.setenv("FEDJAX_BENCH_CACHE", "/tmp/fedjax_bench_no_kernel_cache")
+  monkeypatch.setenv("CXX", str(tmp_path / "no-such-c++"))
+  monkeypatch.setenv("FEDJAX_BENCH_CACHE", str(tmp_path / "cache"))
   assert logreg_sgd.target(np.uint8) is None
   assert "not available" in capsys.readouterr().err
   monkeypatch.setattr(kernels, "_targets", {})
