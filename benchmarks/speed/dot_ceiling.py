@@ -11,7 +11,6 @@ against the per-client loop cannot beat that bound over the loop's rate.
 """
 
 import os
-import time
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=1")
 
@@ -19,6 +18,8 @@ from absl import app  # noqa: E402
 from absl import flags  # noqa: E402
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
+
+from benchmarks.speed import harness  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("batch", 32, "Examples per step (logreg32: 32; W1: 10).")
@@ -44,12 +45,7 @@ def main(argv):
   x = jax.random.normal(jax.random.PRNGKey(0), (c, s, b, FEATURES))
   w = jnp.zeros((c, CLASSES, FEATURES))
   f = jax.jit(local_steps)
-  f(w, x).block_until_ready()
-  best = float("inf")
-  for _ in range(FLAGS.repeats):
-    t0 = time.perf_counter()
-    f(w, x).block_until_ready()
-    best = min(best, time.perf_counter() - t0)
+  best = harness.best_seconds(lambda: f(w, x), FLAGS.repeats)
   rate = c * s / best
   flops = 2 * 2 * b * FEATURES * CLASSES
   cores = len(os.sched_getaffinity(0))

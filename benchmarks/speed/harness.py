@@ -62,6 +62,19 @@ def median(values: Sequence[float]) -> float:
   return statistics.median(values)
 
 
+def best_seconds(call: Callable[[], object], repeats: int) -> float:
+  """The fewest wall seconds of ``repeats`` calls of ``call`` (a jitted computation; its
+  result is waited for) after one untimed call that compiles it."""
+  import jax  # noqa: PLC0415  (benchmarks set their CPU devices before JAX starts)
+  jax.block_until_ready(call())
+  best = float("inf")
+  for _ in range(repeats):
+    t0 = time.perf_counter()
+    jax.block_until_ready(call())
+    best = min(best, time.perf_counter() - t0)
+  return best
+
+
 def peak_rss_mib() -> float:
   """The process's peak resident memory so far, MiB."""
   return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -1,0 +1,48 @@
+"""benchmarks/speed/conv_formulations.py: Winograd's and the FFT's convolutions against a
+NumPy loop over the 25 taps, so that its timings compare the same convolution."""
+
+import numpy as np
+import pytest
+
+from benchmarks.speed import conv_formulations as cf
+
+
+def numpy_same_conv(x, w):
+  """SAME cross-correlation, NHWC by HWIO, as a loop over the kernel's taps in float64."""
+  k = w.shape[0]
+  xp = np.pad(x.astype(np.float64), ((0, 0), (k // 2,) * 2, (k // 2,) * 2, (0, 0)))
+  h, wd = x.shape[1:3]
+  out = np.zeros(x.shape[:3] + (w.shape[-1],))
+  for i in range(k):
+    for j in range(k):
+      out += xp[:, i:i + h, j:j + wd] @ w[i, j].astype(np.float64)
+  return out
+
+
+@pytest.mark.parametrize("tile,points", [(2, cf.POINTS), (4, cf.TILE4_POINTS)])
+def test_toom_cook_matrices_compute_the_one_dimensional_correlation(tile, points):
+  at, g, bt = cf.toom_cook(tile, 5, points)
+  rng = np.random.default_rng(0)
+  d, taps = rng.normal(size=tile + 4), rng.normal(size=5)
+  want = [sum(d[i + k] * taps[k] for k in range(5)) for i in range(tile)]
+  np.testing.assert_allclose(at @ ((g @ taps) * (bt @ d)), want, rtol=1e-12, atol=1e-12)
+
+
+def test_too_few_points_are_refused():
+  with pytest.raises(ValueError, match="needs 5 finite points"):
+    cf.toom_cook(2, 5, (0.0, 1.0))
+
+
+@pytest.mark.parametrize("conv", ["winograd", "winograd4", "fft"])
+@pytest.mark.parametrize("size", [6, 7])
+def test_each_formulation_is_the_same_convolution(conv, size):
+  rng = np.random.default_rng(1)
+  x = rng.normal(size=(2, size, size, 3)).astype(np.float32)
+  w = rng.normal(size=(5, 5, 3, 4)).astype(np.float32)
+  got = np.asarray(cf.FORMULATIONS[conv](x, w), np.float64)
+  np.testing.assert_allclose(got, numpy_same_conv(x, w), atol=2e-4 * np.abs(got).max())
+
+
+def test_sizes_below_one_are_refused():
+  with pytest.raises(SystemExit):
+    cf.parse(["--repeats=0"])
