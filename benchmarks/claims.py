@@ -234,7 +234,11 @@ def verify(p, root: str, claim_id: str, refresh: bool = False, remake: bool = Fa
         results.atomic_write_json(store.path(runs_dir, r), rerun[r.name])
         remade.append(r.name)
         print(f"  {r.name}: remade from its rerun")
-    if r.name in committed:
+    if r.name in committed and rerun[r.name]["key"] != committed[r.name].get("key"):
+      gap = "another configuration"  # other seeds, settings or rounds: nothing to compare
+      print(f"  {r.name}: the committed run is of another configuration (seeds "
+            f"{_seeds(committed[r.name])}, now {_seeds(rerun[r.name])})")
+    elif r.name in committed:
       gap = max(float(np.nanmax(np.abs(np.asarray(rerun[r.name]["metrics"][m], np.float64)
                                        - np.asarray(committed[r.name]["metrics"][m], np.float64)),
                                 initial=0.0))
@@ -263,6 +267,10 @@ def verify(p, root: str, claim_id: str, refresh: bool = False, remake: bool = Fa
   if remade:
     write_report(p, root)
   return 0 if all(row[3] for row in claim_rows) else 1
+
+
+def _seeds(record) -> str:
+  return ",".join(str(s) for s in record["seeds"])
 
 
 def _known_claim(p, claim_id: str) -> None:

@@ -322,6 +322,14 @@ def _on_time_grid(rec: dict, clock: str, pick, curve, points: int = 200):
   return grid, np.where(bad, np.nan, curve[idx, seeds])
 
 
+def _gap(gap) -> str:
+  """A run's largest difference from its committed record; None: none was committed; a
+  string: why the two cannot be compared."""
+  if gap is None:
+    return "(not committed)"
+  return f"({gap})" if isinstance(gap, str) else f"{gap:.3g}"
+
+
 def verification_report(name, run_rows, claim_rows, seconds, record, refreshed=(),
                         remade=()) -> str:
   """results/PAPER/VERIFY.md: the last whole-paper `--verify`, its time and verdicts;
@@ -338,11 +346,11 @@ def verification_report(name, run_rows, claim_rows, seconds, record, refreshed=(
       f"{env.get('devices', '?')} devices), in {seconds / 60:.1f} minutes of run time (the "
       f"runs' own times, summed).",
       "",
-      *([f"With `--refresh`, {len(refreshed)} committed runs made on code changed since came "
-         "out with the same numbers and took their rerun's record (the current code's "
-         "hashes).", ""] if refreshed else []),
-      *([f"With `--remake`, {len(remade)} committed runs made on code changed since (or not "
-         "made) took their rerun's record whatever its numbers (the largest differences are "
+      *([f"{len(refreshed)} committed runs made on code changed since came out with the "
+         "same numbers and took their rerun's record (the current code's hashes; "
+         "`--refresh` and `--remake` both do this).", ""] if refreshed else []),
+      *([f"With `--remake`, {len(remade)} committed runs made on code changed since (or of "
+         "another configuration, or not made) took their rerun's record whatever its numbers (the largest differences are "
          "below), and the report was regenerated from them; the verdicts below compare the "
          "runs committed before with the reruns.", ""] if remade else []),
       f"**{len(claim_rows) - len(differ)} of {len(claim_rows)} verdicts the same as the "
@@ -356,8 +364,7 @@ def verification_report(name, run_rows, claim_rows, seconds, record, refreshed=(
       "",
       "| run | seconds | largest difference of any metric from the committed run |",
       "|---|---:|---:|",
-      *(f"| {n} | {sec:.0f} | {'(not committed)' if gap is None else f'{gap:.3g}'} |"
-        for n, sec, gap in run_rows),
+      *(f"| {n} | {sec:.0f} | {_gap(gap)} |" for n, sec, gap in run_rows),
       "",
   ]
   return "\n".join(lines)

@@ -613,15 +613,16 @@ def test_same_numbers_allows_the_last_digits_a_cpu_changes_and_nothing_more():
 def test_verification_report_names_every_differing_verdict():
   from fedjax_bench.claims import paper
   text = paper.verification_report(
-      "toy", [("a", 12.3, 0.0), ("b", 4.0, None)],
+      "toy", [("a", 12.3, 0.0), ("b", 4.0, None), ("c", 3.0, "another configuration")],
       [("C1", "reproduced", "reproduced", True), ("C2", "reproduced", "direction only", False)],
       125.0, {"commit": "abc1234", "environment": {"jax": "0.4", "platform": "cpu",
                                                    "devices": 2}})
-  assert "reran the 2 runs of the report aside, on commit abc1234" in text
+  assert "reran the 3 runs of the report aside, on commit abc1234" in text
   assert "in 2.1 minutes" in text
   assert "**1 of 2 verdicts the same as the committed runs' ones**: differing C2." in text
   assert "| C2 | reproduced | direction only | **no** |" in text
   assert "| a | 12 | 0 |" in text and "| b | 4 | (not committed) |" in text
+  assert "| c | 3 | (another configuration) |" in text
 
 
 def test_every_declared_run_is_read_by_a_claim_or_a_figure():
@@ -744,6 +745,25 @@ def test_verify_remake_adopts_every_stale_rerun_and_regenerates_the_report(tmp_p
     return [line for line in text.splitlines() if line not in rows]
   assert without_pair((tmp_path / "fedawe" / "RUNS.md").read_text()) == without_pair(open(
       os.path.join(ROOT, "results", "fedawe", "RUNS.md")).read())
+
+
+def test_verify_remake_replaces_a_run_committed_with_other_seeds(tmp_path, sine_reruns):
+  # A declaration whose seeds changed: the committed run's metrics have another shape, so
+  # no difference is computed; --remake adopts the rerun and says why nothing was compared.
+  import json
+  shutil.copytree(os.path.join(ROOT, "results", "fedawe"), tmp_path / "fedawe")
+  path = tmp_path / "fedawe" / "runs" / "toyfl_paper_sine_fedavg.json"
+  rec = json.loads(path.read_text())
+  rec.update(key="0" * 16, seeds=rec["seeds"][:1],
+             metrics={m: [[row[:1] for row in grid] for grid in v]
+                      for m, v in rec["metrics"].items()})
+  path.write_text(json.dumps(rec))
+  p = claims_cli("fedawe", "--verify", "--remake", "--claim=S-paper-phi",
+                 f"--results_dir={tmp_path}", f"--verify_dir={sine_reruns[0]}")
+  assert "toyfl_paper_sine_fedavg: the committed run is of another configuration (seeds 0, " \
+      "now 0,1,2)" in p.stdout, p.stdout + p.stderr
+  assert "toyfl_paper_sine_fedavg: remade from its rerun" in p.stdout
+  assert json.loads(path.read_text())["seeds"] == [0, 1, 2]
 
 
 def test_each_row_prints_the_smallest_effect_its_seeds_can_detect():
