@@ -15,7 +15,8 @@ Targets, margins and horizons were declared before any run was made.
 
 from fedjax_bench.claims import Claim, Curve, Difference, Figure, Metric, Paper, Run
 
-SEEDS = tuple(range(5))
+# The slow tier's seed budget (docs/claims.md, "Seeds"): 10 seeds a run.
+SEEDS = tuple(range(10))
 
 PERS = dict(dataset="mnist", model="mlp", num_clients=100, partition="shards",
             shards_per_client=2, participation="uniform", clients_per_round=10,
