@@ -28,7 +28,8 @@ arithmetic they save; on XLA:CPU each transform is a separate memory pass over a
 
 import os
 
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=1")
+if __name__ == "__main__":  # one CPU device, as one client's steps run; not on import (tests)
+  os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=1")
 
 import argparse  # noqa: E402
 
