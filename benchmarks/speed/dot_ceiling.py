@@ -12,7 +12,8 @@ against the per-client loop cannot beat that bound over the loop's rate.
 
 import os
 
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=1")
+if __name__ == "__main__":  # one CPU device; not on import (tests)
+  os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=1")
 
 from absl import app  # noqa: E402
 from absl import flags  # noqa: E402
