@@ -50,9 +50,7 @@ def parse(argv):
                  help="clients vmapped at once (0: whole cohort, -1: backend default)")
   p.add_argument("--output_dir", default="results/speed")
   args = p.parse_args(argv)
-  unknown = set(args.pairs.split(",")) - {"bernoulli", "sine", "epochs"}
-  if unknown:
-    p.error(f"unknown --pairs {sorted(unknown)}; valid: bernoulli, sine, epochs")
+  harness.comma_list(p, "pairs", args.pairs, ("bernoulli", "sine", "epochs"))
   return args
 
 

@@ -45,9 +45,7 @@ def parse(argv):
                  help=f"comma list of: {', '.join(WORKLOADS)}")
   p.add_argument("--output_dir", default="results/speed")
   args = p.parse_args(argv)
-  unknown = set(args.workloads.split(",")) - set(WORKLOADS)
-  if unknown:
-    p.error(f"unknown --workloads {sorted(unknown)}; valid: {', '.join(WORKLOADS)}")
+  harness.comma_list(p, "workloads", args.workloads, list(WORKLOADS))
   if args.repeats < 1:
     p.error("--repeats must be at least 1")
   return args

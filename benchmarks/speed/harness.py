@@ -115,6 +115,16 @@ def unknown(flag: str, asked: Sequence[str], valid: Sequence[str]) -> bool:
   return bool(bad)
 
 
+def comma_list(parser, flag: str, value: str, valid: Sequence[str]) -> list[str]:
+  """The names of an argparse comma-list flag ``--flag=value``, in their order; one not in
+  ``valid`` is a usage error naming the valid ones (``parser.error``: exit status 2)."""
+  names = value.split(",")
+  bad = sorted(set(names) - set(valid))
+  if bad:
+    parser.error(f"unknown --{flag} {bad}; valid: {', '.join(valid)}")
+  return names
+
+
 def target_cells(target: Optional[float], met: Optional[bool], fmt: str = "{:g}x") -> tuple:
   """The "target" and "met?" cells of a row: dashes where the row has no target."""
   if target is None:

@@ -49,10 +49,7 @@ def parse(argv):
                  help=f"comma list of: {', '.join(SIDES)} (fedavg, the baseline, always runs)")
   p.add_argument("--output_dir", default="results/speed")
   args = p.parse_args(argv)
-  algos = args.algos.split(",")
-  unknown = sorted(set(algos) - set(SIDES))
-  if unknown:
-    p.error(f"unknown --algos {unknown}; valid: {', '.join(SIDES)}")
+  algos = harness.comma_list(p, "algos", args.algos, list(SIDES))
   args.algos = ["fedavg"] + [a for a in algos if a != "fedavg"]
   return args
 
