@@ -51,7 +51,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE = os.path.dirname(os.path.abspath(fedjax_bench.__file__))
 
 FILE_EXTENSIONS = {"json", "csv", "png", "md", "cfg", "toml", "txt", "npz", "npy", "flags",
-                   "yaml", "yml", "h5", "gz", "zip", "svg", "pdf", "cff", "lock", "html", "sh", "cc"}
+                   "yaml", "yml", "h5", "gz", "zip", "svg", "pdf", "cff", "lock", "html", "sh",
+                   "cc"}
 PLACEHOLDER = re.compile(r"NAME|PAPER|FLAG|VALUE|<|>|\*|\{|\.\.\.")
 ALWAYS_FLAGS = {"help", "helpfull", "helpshort", "flagfile"}
 

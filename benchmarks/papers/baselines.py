@@ -286,13 +286,13 @@ MNIST with two label shards a client and each client's own 20% held out; both sh
 partition over the seeds (per-client test data does not work with --data_per_seed yet).
 DP-FedAvg runs on MNIST over 1,000 IID users with the paper's Poisson sampling; its
 ε at δ = 1e-5 comes from dp-accounting's RDP accountant.""",
-    notes="""Every margin is 0: the papers' claims are orderings read off curves. Every run takes the
-slow tier's 10 seeds (docs/claims.md), first made with 5; rounds to a target are read with
-the sign test, which resolves nothing below 6, and FedDyn's comparison with SCAFFOLD (its
-paper's main one) was declared after the 5-seed runs, before the 10-seed ones. "Rounds to
-85%" counts the first evaluation (every 2 rounds) at or above 85% test accuracy; a seed
-that never reaches it within 100 rounds counts 102, so a difference with it is a bound
-that errs toward zero.
+    notes="""Every margin is 0: the papers' claims are orderings read off curves. Every run
+takes the slow tier's 10 seeds (docs/claims.md), first made with 5; rounds to a target are
+read with the sign test, which resolves nothing below 6, and FedDyn's comparison with
+SCAFFOLD (its paper's main one) was declared after the 5-seed runs, before the 10-seed
+ones. "Rounds to 85%" counts the first evaluation (every 2 rounds) at or above 85% test
+accuracy; a seed that never reaches it within 100 rounds counts 102, so a difference with
+it is a bound that errs toward zero.
 
 q-FFL: q = 1's step L sum_k F_k Δw_k / sum_k h_k shrinks as the h_k terms grow, so it
 trains slower than q = 0 at first; the runs were first declared with 200 rounds and uniform

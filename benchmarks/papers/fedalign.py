@@ -17,7 +17,6 @@ from fedjax_bench.claims import (AtLeast, AtMost, Claim, Curve, Difference, Equi
 # under 10 s a seed.
 SEEDS = tuple(range(10))
 SYNTH_SEEDS = tuple(range(20))
-GENERATED = ("cpu1", "cpu2", "fig2_low", "fig2_medium", "fig2_high")
 # The paper's local training (Section 4, App. B): E = 5 SGD steps, a constant learning rate, ε = 0.2
 # on accuracy, a warm-up of 20 of 200 rounds; shuffled epochs without the partial last
 # batch, as the authors' DataLoader.
@@ -73,8 +72,9 @@ FIG3 = dict(MNIST, shard_size=50, shards_per_client=20, num_shards=120, num_prio
 def runs():
   out = []
   for s, settings in SETTINGS.items():
-    out += [Run(f"{s}_{m}", {**COMMON, **settings, "algo": a},
-                SYNTH_SEEDS if s in GENERATED else SEEDS) for m, a in METHODS.items()]
+    seeds = SEEDS if settings["dataset"] == "mnist" else SYNTH_SEEDS
+    out += [Run(f"{s}_{m}", {**COMMON, **settings, "algo": a}, seeds)
+            for m, a in METHODS.items()]
   out += [Run(f"fig4_prox_{m}", {**COMMON, **PROX_SETTING, "algo": a}, SEEDS)
           for m, a in PROX.items()]
   out += [Run(f"fig3_{m}", {**COMMON, **FIG3, "algo": a}, SEEDS)
@@ -355,9 +355,9 @@ paper's shards of 500 MNIST is easy for logistic regression, so most MNIST setti
 shards of 20: priority clients with little data overfit, the mechanism FedALIGN relies on.
 Each seed redraws the data, the priority clients and the priority test mix
 (`--data_per_seed`) and the methods of a setting share them, so differences are paired
-per seed (20 seeds on generated data, 10 on MNIST). A run's score is its mean priority test accuracy (%) over the last 10%
-of the rounds (final_m); "round 30" is the evaluation 10 rounds after the
-warm-up.""",
+per seed (20 seeds on generated data, 10 on MNIST). A run's score is its mean priority
+test accuracy (%) over the last 10% of the rounds (final_m); "round 30" is the evaluation
+10 rounds after the warm-up.""",
     notes="""Common settings: plain SGD, 5 local steps (3 in Fig. 6's E = 3 panel) of
 batch 32 (10 on generated data), learning rate 0.1, ε = 0.2 on accuracy (0.4 at Fig. 2's
 high noise), strict inequality, each free client scored on all its data, data-size
@@ -368,9 +368,9 @@ learning rate
 
 **The best ε (T2-best-eps).** The paper says ε = 0.2 is the best choice at low and medium
 noise and ε = 0.4 at high noise, without its grid or its criterion. Here FedALIGN runs at
-each noise level over ε = 0, 0.1, ..., 0.6 on 10 seeds (the first 10 of the other Fig. 2 runs' data),
-and each seed's best ε is the grid point with its highest final_m (priority test accuracy,
-mean of rounds 271-300; ties to the larger ε). The row is the median over seeds of that ε
+each noise level over ε = 0, 0.1, ..., 0.6 on 10 seeds (the first 10 of the other Fig. 2
+runs' data), and each seed's best ε is the grid point with its highest final_m (priority
+test accuracy, mean of rounds 271-300; ties to the larger ε). The row is the median over seeds of that ε
 minus the paper's, with the sign-test interval (the values lie on the grid), and holds when
 the interval is inside ±0.05, half the grid's step: the interval runs from the 2nd smallest
 to the 2nd largest of the 10 values, so at most one seed may pick a smaller ε and one a

@@ -350,9 +350,10 @@ def verification_report(name, run_rows, claim_rows, seconds, record, refreshed=(
          "same numbers and took their rerun's record (the current code's hashes; "
          "`--refresh` and `--remake` both do this).", ""] if refreshed else []),
       *([f"With `--remake`, {len(remade)} committed runs made on code changed since (or of "
-         "another configuration, or not made) took their rerun's record whatever its numbers (the largest differences are "
-         "below), and the report was regenerated from them; the verdicts below compare the "
-         "runs committed before with the reruns.", ""] if remade else []),
+         "another configuration, or not made) took their rerun's record whatever its numbers "
+         "(the largest differences are below), and the report was regenerated from them; the "
+         "verdicts below compare the runs committed before with the reruns.", ""]
+        if remade else []),
       f"**{len(claim_rows) - len(differ)} of {len(claim_rows)} verdicts the same as the "
       f"committed runs' ones**" + ("." if not differ else ": differing "
                                    + ", ".join(row[0] for row in differ) + "."),

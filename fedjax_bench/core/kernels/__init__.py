@@ -30,7 +30,8 @@ _targets: dict = {}  # (source, symbol) -> registered target name, or None
 
 def cache_dir() -> pathlib.Path:
   root = os.environ.get("FEDJAX_BENCH_CACHE")
-  return (pathlib.Path(root) if root else pathlib.Path.home() / ".cache" / "fedjax_bench") / "kernels"
+  return (pathlib.Path(root) if root
+          else pathlib.Path.home() / ".cache" / "fedjax_bench") / "kernels"
 
 
 def compiler() -> str | None:
