@@ -330,12 +330,17 @@ def _gap(gap) -> str:
   return f"({gap})" if isinstance(gap, str) else f"{gap:.3g}"
 
 
+_SAME = {True: "yes", False: "**no**", None: "(another configuration)"}
+
+
 def verification_report(name, run_rows, claim_rows, seconds, record, refreshed=(),
                         remade=()) -> str:
   """results/PAPER/VERIFY.md: the last whole-paper `--verify`, its time and verdicts;
   ``refreshed``: the stale committed runs that `--refresh` replaced by their reruns (the
   same numbers); ``remade``: those `--remake` replaced whatever their numbers."""
-  differ = [row for row in claim_rows if not row[3]]
+  differ = [row for row in claim_rows if row[3] is False]
+  apart = [row for row in claim_rows if row[3] is None]  # over a run of another configuration
+  compared = len(claim_rows) - len(apart)
   env = record.get("environment", {})
   lines = [
       f"# {name}: the last verification of every run",
@@ -354,14 +359,16 @@ def verification_report(name, run_rows, claim_rows, seconds, record, refreshed=(
          "(the largest differences are below), and the report was regenerated from them; the "
          "verdicts below compare the runs committed before with the reruns.", ""]
         if remade else []),
-      f"**{len(claim_rows) - len(differ)} of {len(claim_rows)} verdicts the same as the "
+      f"**{compared - len(differ)} of {compared} verdicts the same as the "
       f"committed runs' ones**" + ("." if not differ else ": differing "
                                    + ", ".join(row[0] for row in differ) + "."),
       "",
+      *([f"{len(apart)} more read a committed run of another configuration (its declaration "
+         "changed since: other seeds, settings or rounds), so their verdicts are not "
+         "compared.", ""] if apart else []),
       "| claim | committed runs | rerun | same |",
       "|---|---|---|---|",
-      *(f"| {cid} | {old} | {new} | {'yes' if same else '**no**'} |"
-        for cid, old, new, same in claim_rows),
+      *(f"| {cid} | {old} | {new} | {_SAME[same]} |" for cid, old, new, same in claim_rows),
       "",
       "| run | seconds | largest difference of any metric from the committed run |",
       "|---|---:|---:|",
