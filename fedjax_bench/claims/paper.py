@@ -359,13 +359,13 @@ def verification_report(name, run_rows, claim_rows, seconds, record, refreshed=(
          "(the largest differences are below), and the report was regenerated from them; the "
          "verdicts below compare the runs committed before with the reruns.", ""]
         if remade else []),
-      f"**{compared - len(differ)} of {compared} verdicts the same as the "
-      f"committed runs' ones**" + ("." if not differ else ": differing "
-                                   + ", ".join(row[0] for row in differ) + "."),
-      "",
-      *([f"{len(apart)} more read a committed run of another configuration (its declaration "
-         "changed since: other seeds, settings or rounds), so their verdicts are not "
-         "compared.", ""] if apart else []),
+      *([f"**{compared - len(differ)} of {compared} verdicts the same as the "
+         f"committed runs' ones**" + ("." if not differ else ": differing "
+                                      + ", ".join(row[0] for row in differ) + "."), ""]
+        if compared else ["**No verdict compared**.", ""]),
+      *([f"{len(apart)} {'more ' if compared else ''}read a committed run of another "
+         "configuration (its declaration changed since: other seeds, settings or rounds), so "
+         "their verdicts are shown side by side, not compared.", ""] if apart else []),
       "| claim | committed runs | rerun | same |",
       "|---|---|---|---|",
       *(f"| {cid} | {old} | {new} | {_SAME[same]} |" for cid, old, new, same in claim_rows),
