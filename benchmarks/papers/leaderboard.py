@@ -79,10 +79,10 @@ MNIST_MLP = Task(
     target=0.9, window=20,
     summary="100 clients of a Dirichlet(0.1) label split (each seed its own), 10 a round, "
             "the 784-200-200-10 MLP, 10 local steps of batch 32, 100 rounds.",
-    pending="of its 28 runs (14 methods, tuning and reported) 27 are made; FedAvg's and "
-            "FedAvgM's 4 on the current code, 23 on code changed since, and FedMax's reported "
-            "run not yet. The table waits for all 28 on one code (about 100 minutes on 2 "
-            "cores).",
+    pending="of its 28 runs (14 methods, tuning and reported) 26 are made on the current "
+            "code; FedMax's two are not (its tuning run is on code changed since, its "
+            "reported run not made: about 12 minutes on 2 cores). The table waits for all 28 "
+            "on one code.",
     paper_scale=dict(num_clients=500, clients_per_round=50, rounds=1000))
 
 # --- FedAWE's stress availability: the methods for clients that come and go ----------------
