@@ -624,15 +624,15 @@ def test_verification_report_names_every_differing_verdict():
   assert "| C2 | reproduced | direction only | **no** |" in text
   # C3 read a run whose declaration changed: shown, not counted, not a difference.
   assert "1 more read a committed run of another configuration" in text
+  assert "| C3 | direction only | reproduced | (another configuration) |" in text
+  assert "| a | 12 | 0 |" in text and "| b | 4 | (not committed) |" in text
+  assert "| c | 3 | (another configuration) |" in text
   # Nothing comparable: said so, not "0 of 0".
   apart = paper.verification_report("toy", [("c", 3.0, "another configuration")],
                                     [("C3", "direction only", "reproduced", None)], 60.0, {})
   assert "**No verdict compared**." in apart
   assert "1 read a committed run of another configuration" in apart
   assert "0 of 0" not in apart
-  assert "| C3 | direction only | reproduced | (another configuration) |" in text
-  assert "| a | 12 | 0 |" in text and "| b | 4 | (not committed) |" in text
-  assert "| c | 3 | (another configuration) |" in text
 
 
 def test_every_declared_run_is_read_by_a_claim_or_a_figure():
