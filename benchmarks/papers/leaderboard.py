@@ -79,10 +79,6 @@ MNIST_MLP = Task(
     target=0.9, window=20,
     summary="100 clients of a Dirichlet(0.1) label split (each seed its own), 10 a round, "
             "the 784-200-200-10 MLP, 10 local steps of batch 32, 100 rounds.",
-    pending="of its 28 runs (14 methods, tuning and reported) 26 are made on the current "
-            "code; FedMax's two are not (its tuning run is on code changed since, its "
-            "reported run not made: about 12 minutes on 2 cores). The table waits for all 28 "
-            "on one code.",
     paper_scale=dict(num_clients=500, clients_per_round=50, rounds=1000))
 
 # --- FedAWE's stress availability: the methods for clients that come and go ----------------
@@ -116,20 +112,30 @@ AVAILABILITY = Task(
     paper_scale=dict(dataset="cifar10", model="cnn_cifar10", rounds=2000,
                      availability_phi="paper"))
 
-# --- Declared, not run on 2 cores ---------------------------------------------------------
-CNN = dict(dataset="mnist", model="cnn", partition="shards", shards_per_client=2,
-           num_clients=100, participation="uniform", clients_per_round=10, local_steps=10,
-           batch_size=32, rounds=100, eval_every=5, data_per_seed=True)
+# --- McMahan et al.'s pathological split with a CNN, at CPU scale -------------------------
+# A CNN trains at tens of client-steps a second on 2 cores, so this is McMahan et al.'s
+# setting cut down: the loss-aware aggregation paper's CNN (two 3x3 convolutions, no hidden
+# dense layer), batch 10 (McMahan et al.'s B), 5 local steps, 50 rounds, train_loss on
+# 1,000 examples. The setting and the target were sized by a FedAvg pilot on seeds 200-201,
+# outside both seed sets: 92% at round 50 at client lr 0.1, about 30 s a seed and grid
+# point with its evaluations.
+CNN = dict(dataset="mnist", model="paper_cnn", partition="shards", shards_per_client=2,
+           num_clients=100, participation="uniform", clients_per_round=10, local_steps=5,
+           batch_size=10, rounds=50, eval_every=5, train_eval_examples=1000,
+           data_per_seed=True)
 MNIST_CNN = Task(
     "mnist_cnn", "MNIST, two label shards a client, CNN", CNN,
     global_methods((0.01, 0.03, 0.1, 0.3), (0.03, 0.1), (0.001, 0.003, 0.01, 0.03)),
-    target=0.95, window=20,
-    summary="McMahan et al.'s pathological split with their CNN, 10 of 100 clients a round.",
-    pending="the CNN trains at about 60 client-steps a second on 2 cores "
-            "(results/speed/peers.md, W3): 14 methods x 32 grid-point-seeds x 10,000 "
-            "client-steps is about 21 CPU-hours. Run it on a GPU.",
-    paper_scale=dict(rounds=1000, local_steps=50))
+    target=0.9, window=20,
+    summary="McMahan et al.'s pathological split (two label shards a client, each seed its "
+            "own), 10 of 100 clients a round, the loss-aware aggregation paper's CNN, 5 local "
+            "steps of batch 10, 50 rounds.",
+    pending="its 28 runs are being made on the current code (about 2.5 hours on 2 cores); "
+            "the table waits for all 28.",
+    paper_scale=dict(model="fedavg_cnn", local_steps=50, rounds=1000,
+                     train_eval_examples=10000))
 
+# --- Declared, not run on 2 cores ---------------------------------------------------------
 CHARS = dict(dataset="shakespeare", model="char_lstm", lstm_hidden=32, num_clients=75,
              participation="uniform", clients_per_round=10, local_steps=10, batch_size=10,
              rounds=120, eval_every=10, test_examples=2000, train_eval_examples=1000,

@@ -262,6 +262,9 @@ def _band(curve):
   return lo, hi
 
 
+LINESTYLES = ("-", "--", ":", "-.")
+
+
 def plot(paper: Paper, records: dict, root: str = "results") -> list[str]:
   """Writes the paper's figures from ``records``; returns their paths."""
   import matplotlib
@@ -273,7 +276,7 @@ def plot(paper: Paper, records: dict, root: str = "results") -> list[str]:
   os.makedirs(paper.directory(root), exist_ok=True)
   for fig_decl in paper.figures:
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for cu in fig_decl.curves:
+    for i, cu in enumerate(fig_decl.curves):
       rec = records[cu.run]
       arr = np.asarray(rec["metrics"][cu.metric], dtype=np.float64)  # [E, G, S]
       pick = Metric(cu.run, cu.metric, point=cu.point, tune=cu.tune,
@@ -287,7 +290,8 @@ def plot(paper: Paper, records: dict, root: str = "results") -> list[str]:
           y = 10 ** _seed_mean(np.log10(np.maximum(curve, fig_decl.floor)))
       else:
         y = _seed_mean(curve)
-      drawn = ax.plot(x, y, label=cu.label)
+      # Past the colour cycle's 10 colours a new line style keeps every curve distinct.
+      drawn = ax.plot(x, y, label=cu.label, linestyle=LINESTYLES[i // 10 % len(LINESTYLES)])
       if fig_decl.band:
         lo, hi = _band(curve)
         ax.fill_between(x, lo, hi, color=drawn[0].get_color(), alpha=0.15, linewidth=0)

@@ -325,3 +325,21 @@ def test_a_figure_leaves_a_gap_where_no_seed_has_a_number_without_a_warning(tmp_
   assert np.isnan(arith[0]) and np.isnan(geo[0])
   np.testing.assert_allclose(arith[1], (5 + 5) / 2)
   np.testing.assert_allclose(geo[1], 5.0)
+
+
+def test_every_curve_of_a_crowded_figure_is_told_apart(tmp_path, monkeypatch):
+  import matplotlib.axes
+  from fedjax_bench.claims import Curve, Figure, Paper, Run, plot
+  lines, draw = [], matplotlib.axes.Axes.plot
+
+  def plot_and_keep(self, *a, **kw):
+    drawn = draw(self, *a, **kw)
+    lines.extend(drawn)
+    return drawn
+
+  monkeypatch.setattr(matplotlib.axes.Axes, "plot", plot_and_keep)
+  fig = Figure("f.png", "t", tuple(Curve("r", f"method {i}", "gap") for i in range(14)))
+  plot(Paper(name="toy", title="t", source="s", runs=(Run("r", {}),), claims=(),
+             figures=(fig,)), tuned_record(), str(tmp_path))
+  styles = {(line.get_color(), line.get_linestyle()) for line in lines}
+  assert len(lines) == 14 and len(styles) == 14
