@@ -199,7 +199,8 @@ def write_report(p, root: str) -> dict:
 
 def verify(p, root: str, claim_id: str, refresh: bool = False, remake: bool = False) -> int:
   """Reruns the claims' runs aside and compares each verdict with the committed one (not
-  where the committed run is of another configuration: its declaration changed); with ``refresh``, stale committed runs whose rerun has the same numbers take it; with
+  where the committed run is of another configuration: its declaration changed); with
+  ``refresh``, stale committed runs whose rerun has the same numbers take it; with
   ``remake``, every stale or missing committed run takes its rerun and the report is
   regenerated."""
   import tempfile

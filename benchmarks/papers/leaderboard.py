@@ -132,8 +132,8 @@ MNIST_CNN = Task(
     summary="McMahan et al.'s pathological split (two label shards a client, each seed its "
             "own), 10 of 100 clients a round, the loss-aware aggregation paper's CNN, 5 local "
             "steps of batch 10, 50 rounds.",
-    pending="its 28 runs are being made on the current code (18 to 24 minutes a method on "
-            "2 cores, more for FedMax and FedSoftMax); the table waits for all 28.",
+    pending="the table waits for all 28 runs on the current code, which are being made "
+            "(18 to 24 minutes a method on 2 cores, more for FedMax and FedSoftMax).",
     paper_scale=dict(model="fedavg_cnn", local_steps=50, rounds=1000,
                      train_eval_examples=10000))
 

@@ -274,8 +274,8 @@ def render(paper: Paper, records: dict, tasks: tuple[Task, ...]) -> dict[str, st
     lines += _task_table(t, records)
   if pending:
     lines += ["## Declared, not run here", "",
-              "These tasks are declared with their methods and grids; their runs are not "
-              "made on this machine.", ""]
+              "These tasks are declared with their methods and grids; their tables are not "
+              "made here, each for the reason given.", ""]
     for t in pending:
       lines += _declared(t)
   scaled = [t for t in tasks if t.paper_scale]

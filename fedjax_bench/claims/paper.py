@@ -274,6 +274,7 @@ def plot(paper: Paper, records: dict, root: str = "results") -> list[str]:
   from fedjax_bench.output import results
   written = []
   os.makedirs(paper.directory(root), exist_ok=True)
+  colours = len(plt.rcParams["axes.prop_cycle"])
   for fig_decl in paper.figures:
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for i, cu in enumerate(fig_decl.curves):
@@ -290,8 +291,9 @@ def plot(paper: Paper, records: dict, root: str = "results") -> list[str]:
           y = 10 ** _seed_mean(np.log10(np.maximum(curve, fig_decl.floor)))
       else:
         y = _seed_mean(curve)
-      # Past the colour cycle's 10 colours a new line style keeps every curve distinct.
-      drawn = ax.plot(x, y, label=cu.label, linestyle=LINESTYLES[i // 10 % len(LINESTYLES)])
+      # Past the colour cycle's end a new line style keeps every curve distinct.
+      style = LINESTYLES[i // colours % len(LINESTYLES)]
+      drawn = ax.plot(x, y, label=cu.label, linestyle=style)
       if fig_decl.band:
         lo, hi = _band(curve)
         ax.fill_between(x, lo, hi, color=drawn[0].get_color(), alpha=0.15, linewidth=0)
