@@ -120,9 +120,9 @@ AVAILABILITY = Task(
 # outside both seed sets: 92% at round 50 at client lr 0.1. A method's two runs (4 grid
 # points on 3 tuning seeds, then on 5 reported seeds) take 16 to 31 minutes on 2 cores
 # (measured: FedAvg, FedAvgM, FedAdam, FedYogi, FedAdagrad, FedProx, SCAFFOLD, FedDyn,
-# FedExP); Mime's tuning run alone took 45 minutes (a full-batch gradient of every cohort
-# client a round), and FedMax and FedSoftMax, which score every cohort client's loss, take
-# several times FedAvg.
+# FedExP); the tuning runs alone took 45 minutes for Mime (a full-batch gradient of every
+# cohort client a round) and 32 for q-FFL, and FedMax and FedSoftMax, which score every
+# cohort client's loss, take several times FedAvg.
 CNN = dict(dataset="mnist", model="paper_cnn", partition="shards", shards_per_client=2,
            num_clients=100, participation="uniform", clients_per_round=10, local_steps=5,
            batch_size=10, rounds=50, eval_every=5, train_eval_examples=1000,
@@ -135,8 +135,8 @@ MNIST_CNN = Task(
             "own), 10 of 100 clients a round, the loss-aware aggregation paper's CNN, 5 local "
             "steps of batch 10, 50 rounds.",
     pending="the table waits for all 28 runs on the current code, which are being made "
-            "(16 to 31 minutes a method on 2 cores; Mime's tuning run 45, FedMax and "
-            "FedSoftMax several times FedAvg's).",
+            "(16 to 31 minutes a method on 2 cores; the tuning runs alone 45 for Mime and "
+            "32 for q-FFL, FedMax and FedSoftMax several times FedAvg's).",
     paper_scale=dict(model="fedavg_cnn", local_steps=50, rounds=1000,
                      train_eval_examples=10000))
 
