@@ -246,7 +246,7 @@ def _declared(task: Task) -> list[str]:
                       for m in task.methods)
   first = task.runs()[1]
   return [f"### {task.title}", "", (task.summary + " ") if task.summary else "",
-          f"Not run here: {task.pending}", "",
+          f"Without a table: {task.pending}", "",
           f"Methods and their grids: {methods}.", "",
           f"A run, for instance: `{first.command()}`", ""]
 
@@ -273,9 +273,9 @@ def render(paper: Paper, records: dict, tasks: tuple[Task, ...]) -> dict[str, st
   for t in run:
     lines += _task_table(t, records)
   if pending:
-    lines += ["## Declared, not run here", "",
+    lines += ["## Declared, without a table", "",
               "These tasks are declared with their methods and grids; their tables are not "
-              "made here, each for the reason given.", ""]
+              "made yet, each for the reason given.", ""]
     for t in pending:
       lines += _declared(t)
   scaled = [t for t in tasks if t.paper_scale]

@@ -82,7 +82,7 @@ def test_a_pending_task_is_declared_in_the_table_and_runs_nothing():
   p = leaderboard.board("lb", "Board", (run, pend))
   assert {r.name for r in p.runs} == {r.name for r in run.runs()}
   text = paper_lib.render(p, _records(run, np.full(5, 0.05)))["LEADERBOARD.md"]
-  assert "Not run here: too slow here" in text
+  assert "Without a table: too slow here" in text
 
 
 def test_the_declared_leaderboard_runs_are_valid_commands():
