@@ -2,11 +2,11 @@
 
 Algorithm 1 with loss-aware aggregation weights. Each round t:
   1. observe the cohort I_t (the paper: everyone, --participation=full);
-  2. ℓ_i = F_i(w_t) − F_i*: every client's full local loss at the broadcast model, one
-     vectorized pass, less F_i* (our reading, docs/papers/hetero_agg.md): 0 (--local_optimum=zero),
-     or estimated once
-     before round 1 by training each client alone (--local_optimum=estimate,
-     algorithms/local_optimum.py);
+  2. ℓ_i = F_i(w_t) − F_i*: every cohort client's full local loss at the broadcast model
+     (one vectorized pass over the cohort's examples; the population's under full
+     participation), less F_i* (our reading, docs/papers/hetero_agg.md): 0
+     (--local_optimum=zero), or estimated once before round 1 by training each client
+     alone (--local_optimum=estimate, algorithms/local_optimum.py);
   3. α = WEIGHTS[strategy](ℓ, p), p_i = n_i / Σ_{j∈I_t} n_j:
        fedmax      α = 1/|J| on J = argmax ℓ                      (eq. 15, 22)
        fedmax_k    α = 1/k on the k largest ℓ                     (--fedmax_k)
@@ -20,10 +20,11 @@ Algorithm 1 with loss-aware aggregation weights. Each round t:
 """
 
 
+import jax
 import jax.numpy as jnp
 
 from fedjax_bench.algorithms import loss_weights
-from fedjax_bench.core import rounds
+from fedjax_bench.core import client_map, rounds
 from fedjax_bench.core.rounds import ServerState
 from fedjax_bench.task.task import Task
 from fedjax_bench.core.types import FederatedAlgorithm, variant, with_count
@@ -82,6 +83,8 @@ def build(task: Task, world: World, hp: Hparams, *, strategy: str) -> FederatedA
   record_alpha = hp.record_alpha
   beta = hp.softmax_beta if strategy == "fedsoftmax" else 1.0
   estimate = hp.local_optimum == "estimate"
+  width = client_map.resolve_width(hp.client_width, client_map.is_convolutional(
+      jax.eval_shape(task.init_params, jax.random.PRNGKey(0))))
 
   def init(key):
     server = rounds.init_server(task, world, sopt, key)
@@ -97,7 +100,7 @@ def build(task: Task, world: World, hp: Hparams, *, strategy: str) -> FederatedA
 
   def round_fn(server: ServerState, clients, key):
     mask, c, world_state = rounds.observe(world, server, key)
-    losses = loss_weights.client_losses(task, server.params)
+    losses = loss_weights.cohort_losses(task, server.params, c, width=width)
     if estimate:
       losses = losses - server.aux
     p = jnp.where(rounds.participated(c, task.num_clients), task.counts, 0).astype(jnp.float32)

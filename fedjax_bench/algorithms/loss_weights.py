@@ -19,6 +19,18 @@ def client_losses(task, params) -> jax.Array:
   return client_scores.per_client(task, params)[0]
 
 
+def cohort_losses(task, params, cohort, *, width: int = -1) -> jax.Array:
+  """F_i(params) [N] for the clients of ``cohort`` (0 elsewhere, where p is 0 and no weight
+  reads it): the population's one pass when the cohort's slab covers the population
+  (full participation), else a pass over the cohort's own examples only
+  (`client_scores.of_cohort`), so that 10 clients a round of 100 score a tenth of the data."""
+  if cohort.ids.shape[0] >= task.num_clients:
+    return client_losses(task, params)
+  losses = client_scores.of_cohort(task, params, cohort.ids, cohort.valid, width=width)
+  rows = jnp.where(cohort.valid, cohort.ids, task.num_clients)
+  return jnp.zeros(task.num_clients, jnp.float32).at[rows].set(losses, mode="drop")
+
+
 def fedavg(losses, p, **_):
   """Generalised FedAvg: α = p (renormalised over the cohort)."""
   del losses

@@ -57,6 +57,9 @@ class Task:
   paper_scale: Mapping = dataclasses.field(default_factory=dict)  # overrides for a GPU
                                       # (None: drop the task's setting)
   pending: str = ""                   # why its runs are not made here (declared only)
+  not_run: Mapping[str, str] = dataclasses.field(default_factory=dict)  # method name: why
+                                      # it is not run at this scale (listed under the table;
+                                      # the paper-scale variant runs it)
   summary: str = ""                   # what the task is for, one line
 
   def __post_init__(self):
@@ -70,6 +73,17 @@ class Task:
       shared = set(m.settings) & set(m.grid)
       if shared:
         raise ValueError(f"{self.name}: {m.name} both sets and sweeps {sorted(shared)}")
+    unknown = set(self.not_run) - {m.name for m in self.methods}
+    if unknown:
+      raise ValueError(f"{self.name}: not_run names methods it does not have: "
+                       f"{sorted(unknown)}")
+    if self.methods[0].name in self.not_run:
+      raise ValueError(f"{self.name}: the baseline {self.methods[0].name} must be run")
+
+  @property
+  def run_methods(self) -> tuple[Method, ...]:
+    """The methods run at this scale: all but `not_run`'s."""
+    return tuple(m for m in self.methods if m.name not in self.not_run)
 
   @property
   def baseline(self) -> Method:
@@ -79,8 +93,10 @@ class Task:
     return f"{self.name}-{m.name}" + ("-tune" if tuning else "")
 
   def runs(self, scale: Optional[Mapping] = None) -> tuple[Run, ...]:
+    """The runs of the methods run here, or with ``scale`` (the paper-scale variant's
+    overrides) those of every method."""
     out = []
-    for m in self.methods:
+    for m in (self.methods if scale else self.run_methods):
       settings = {k: v for k, v in {**self.settings, **(scale or {}), **m.settings}.items()
                   if v is not None}  # a scale's None drops the task's setting
       out.append(Run(self.run_name(m, True), settings, self.tuning_seeds, dict(m.grid)))
@@ -109,12 +125,12 @@ class Task:
     return tuple(
         Claim(self.claim_id(m), f"{m.label} against {b.label}", "—",
               Difference(self.final(m), self.final(b)), section=self.title)
-        for m in self.methods[1:])
+        for m in self.run_methods[1:])
 
   def figure(self) -> Figure:
     return Figure(f"{self.name}.png", self.title,
                   tuple(Curve(self.run_name(m), m.label, self.metric_of(m), 100.0,
-                              tune=self.final(m).tune) for m in self.methods),
+                              tune=self.final(m).tune) for m in self.run_methods),
                   ylabel=f"{self.metric} (%)", band=True)
 
 
@@ -168,7 +184,7 @@ def _rows(task: Task, records: dict):
   """[(method, final values, difference outcome or None, rounds values)], best first."""
   b = task.baseline
   rows = []
-  for m in task.methods:
+  for m in task.run_methods:
     final = task.final(m).values(records)
     outcome = None if m is b else Difference(task.final(m), task.final(b)).outcome(records)
     rows.append((m, final, outcome, task.rounds_to_target(m).values(records)))
@@ -190,10 +206,10 @@ def _task_table(task: Task, records: dict) -> list[str]:
   metric = f"{task.metric} (%)" + (f", mean of the last {task.window} rounds" if task.window
                                    else ", final")
   lines = [f"## {task.title}", "", task.summary, "" if task.summary else None,
-           f"{len(task.methods)} methods, each swept over {task.grid_points} grid points on "
+           f"{len(task.run_methods)} methods, each swept over {task.grid_points} grid points on "
            f"tuning seeds {_seeds(task.tuning_seeds)} and reported on seeds "
            f"{_seeds(task.seeds)} at the point of its best seed-mean {task.metric} there. "
-           f"{len(task.methods) - 1} comparisons with {b.label}, each at 95% on its own: "
+           f"{len(task.run_methods) - 1} comparisons with {b.label}, each at 95% on its own: "
            f"{_tally(rows)}.", "",
            f"| method | {metric}, 95% CI | rounds to {task.target:.0%}: median [range] | "
            f"− {b.label}, paired (95% CI) | vs {b.label} | tuned at | runs, CPU s | "
@@ -213,11 +229,22 @@ def _task_table(task: Task, records: dict) -> list[str]:
                 f"verdict changes; `python benchmarks/claims.py leaderboard --claim=ID` makes "
                 f"them where missing, and each run's command is in [RUNS.md](RUNS.md). A seed "
                 f"that never reaches {task.target:.0%} counts {after:.0f} rounds.", ""]
-  notes = [f"{m.label}: {m.note}" for m in task.methods if m.note]
+  notes = [f"{m.label}: {m.note}" for m in task.run_methods if m.note]
   if notes:
     lines += ["Notes: " + " ".join(notes), ""]
+  lines += _not_run(task)
   lines += [f"![{task.title}]({task.name}.png)", ""]
   return [x for x in lines if x is not None]
+
+
+def _not_run(task: Task) -> list[str]:
+  """The task's declared methods that are not run at this scale, grouped by the reason."""
+  reasons = {}
+  for m in task.methods:
+    if m.name in task.not_run:
+      reasons.setdefault(task.not_run[m.name], []).append(m.label)
+  return [line for why, labels in reasons.items()
+          for line in (f"Declared, not run at this scale: {', '.join(labels)}: {why}", "")]
 
 
 def summary_line(task: Task, records: dict) -> str:
@@ -247,7 +274,7 @@ def _declared(task: Task) -> list[str]:
   first = task.runs()[1]
   return [f"### {task.title}", "", (task.summary + " ") if task.summary else "",
           f"Without a table: {task.pending}", "",
-          f"Methods and their grids: {methods}.", "",
+          f"Methods and their grids: {methods}.", "", *_not_run(task),
           f"A run, for instance: `{first.command()}`", ""]
 
 

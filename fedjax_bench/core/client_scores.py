@@ -1,4 +1,4 @@
-"""Every client's loss and accuracy at one model, in one vectorized pass.
+"""Every client's loss and accuracy at one model, in one vectorized pass, or a cohort's.
 
 Loss-aware aggregation (FedMax, FedSoftMax) weighs clients by these losses; FedALIGN
 admits free clients whose score is close to the priority clients'.
@@ -6,6 +6,13 @@ admits free clients whose score is close to the priority clients'.
 
 import jax
 import jax.numpy as jnp
+
+from fedjax_bench.core import client_map
+
+# Examples a cohort client's loss pass scores at once (`of_cohort`): wide enough to keep
+# the forward pass's products efficient, small enough that the padding of a client's last
+# chunk (at most COHORT_CHUNK - 1 rows) stays a small part of a client of hundreds.
+COHORT_CHUNK = 256
 
 
 def per_client(task, params) -> tuple[jax.Array, jax.Array]:
@@ -87,3 +94,30 @@ def of_clients(task, params, ids) -> tuple[jax.Array, jax.Array]:
             jnp.sum(w * _correct(task, out, y)) / total)
 
   return jax.vmap(one)(ids)
+
+
+def of_cohort(task, params, ids, valid, *, width: int = -1) -> jax.Array:
+  """F_i(params) over all of client i's training examples for the cohort rows ``ids``
+  ([k]; 0 at rows not ``valid``), each client's examples in chunks of COHORT_CHUNK, as many
+  as its own count needs: a round's cost follows the cohort's data, where `per_client`
+  scores the whole population's. No l2 penalty, as `per_client`."""
+  chunk = max(1, min(COHORT_CHUNK, task.max_count))
+
+  def one(i):
+    count = task.counts[i]
+    read = task.client_data(i)
+
+    def add(carry):
+      j, total = carry
+      pos = j * chunk + jnp.arange(chunk)
+      x, y = read(jnp.minimum(pos, jnp.maximum(count - 1, 0)))
+      w = (pos < count).astype(jnp.float32)
+      return j + 1, total + jnp.sum(w * task.pointwise_loss(task.logits(params, x), y))
+
+    chunks = (count + chunk - 1) // chunk
+    _, total = jax.lax.while_loop(lambda c: c[0] < chunks, add,
+                                  (jnp.zeros((), count.dtype), jnp.zeros((), jnp.float32)))
+    return total / jnp.maximum(count, 1).astype(jnp.float32)
+
+  chunks = jnp.maximum((task.counts[ids] + chunk - 1) // chunk, 1)
+  return client_map.map_clients(one, ids, work=jnp.where(valid, chunks, 0), width=width)

@@ -325,6 +325,49 @@ def test_client_losses_equal_a_per_client_loop():
     np.testing.assert_allclose(got[i], want, rtol=1e-5, atol=1e-7)
 
 
+def test_cohort_losses_equal_a_per_client_loop_and_skip_the_rest():
+  """The cohort's own pass: clients of several chunks (3,000 examples), of none, a padding
+  row that repeats a cohort client; the full-population slab takes `client_losses`."""
+  from fedjax_bench.core import client_scores
+  from fedjax_bench.core.cohort import Cohort
+  task, _ = toy_setup(num_clients=6, model="mlp", sizes=[7, 0, 9, 3000, 1, 12])
+  params = task.init_params(jax.random.PRNGKey(3))
+  assert task.max_count > client_scores.COHORT_CHUNK  # client 3 takes several chunks
+  off, cnt = np.asarray(task.offsets), np.asarray(task.counts)
+  want = [0.0 if c == 0 else float(task.loss(params, task.x[o:o + c], task.y[o:o + c],
+                                             jnp.ones(c))) for o, c in zip(off, cnt)]
+  ids, valid = jnp.array([3, 1, 5, 3]), jnp.array([True, True, True, False])
+  cohort = Cohort(ids=ids, valid=valid)
+  for width in (0, 1, 4):
+    got = np.asarray(jax.jit(lambda p: lw.cohort_losses(task, p, cohort, width=width))(params))
+    np.testing.assert_allclose(got, [0, want[1], 0, want[3], 0, want[5]], rtol=1e-5,
+                               atol=1e-7)
+  everyone = Cohort(ids=jnp.arange(6), valid=jnp.ones(6, bool))
+  np.testing.assert_array_equal(lw.cohort_losses(task, params, everyone),
+                                lw.client_losses(task, params))
+
+
+def test_partial_participation_weights_follow_the_cohorts_losses():
+  """FedSoftMax with 3 of 6 clients a round: α ∝ p exp(β ℓ) over the cohort, ℓ from a
+  per-client loop at the round's start model."""
+  task, world = toy_setup(num_clients=6, cohort=3, local_steps=2, model="mlp",
+                          sizes=[7, 300, 9, 40, 5, 12])
+  beta = 2.0
+  alg = fedmax.fedsoftmax.build(task, world, {**HP, "record_alpha": True,
+                                              "softmax_beta": beta})
+  server, clients = alg.init(jax.random.PRNGKey(0))
+  _, _, m = jax.jit(alg.round)(server, clients, jax.random.PRNGKey(5))
+  alpha = np.array([float(m[fedmax.alpha_name(i)]) for i in range(6)])
+  cohort = np.flatnonzero(alpha > 0)
+  assert len(cohort) == 3
+  off, cnt = np.asarray(task.offsets), np.asarray(task.counts)
+  ell = np.array([float(task.loss(server.params, task.x[off[i]:off[i] + cnt[i]],
+                                  task.y[off[i]:off[i] + cnt[i]], jnp.ones(cnt[i])))
+                  for i in cohort])
+  want = cnt[cohort] * np.exp(beta * ell)
+  np.testing.assert_allclose(alpha[cohort], want / want.sum(), rtol=1e-5)
+
+
 def test_fedmax_round_equals_a_per_client_python_loop():
   """The vectorized round against a loop: losses per client, argmax, that client's model."""
   task, world = toy_setup(num_clients=5, part=participation.full(5), local_epochs=2,

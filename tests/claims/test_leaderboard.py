@@ -27,7 +27,7 @@ def _record(name, grid, seeds, accuracy):
 def _records(task, report_gap):
   """Tuning seeds prefer FedAvg's point 0 and Better's point 1; on the reported seeds the
   other points are far better, which must not matter (no tuning on reported seeds)."""
-  fa, be = task.methods
+  fa, be = task.run_methods
   g_fa = [{"client_lr": 0.1}, {"client_lr": 0.2}]
   g_be = [{"prox_mu": 0.0}, {"prox_mu": 1.0}]
   base = np.array([0.60, 0.61, 0.59, 0.62, 0.58])
@@ -83,6 +83,28 @@ def test_a_pending_task_is_declared_in_the_table_and_runs_nothing():
   assert {r.name for r in p.runs} == {r.name for r in run.runs()}
   text = paper_lib.render(p, _records(run, np.full(5, 0.05)))["LEADERBOARD.md"]
   assert "Without a table: too slow here" in text
+
+
+def test_a_method_not_run_at_this_scale_has_no_runs_or_row_and_is_named_under_the_table():
+  fa, be = _task().methods
+  slow = Method("slow", "Slow", dict(algo="mime"), {"client_lr": (0.1, 0.2)})
+  task = _task()
+  task = Task("toy", "A toy task", task.settings, (fa, be, slow), target=0.5, grid_points=2,
+              seeds=task.seeds, tuning_seeds=task.tuning_seeds,
+              not_run={"slow": "a pass over all data a round"},
+              paper_scale={"rounds": 100})
+  names = {r.name for r in task.runs()}
+  assert names == {"toy-fedavg", "toy-fedavg-tune", "toy-better", "toy-better-tune"}
+  assert {"toy-slow", "toy-slow-tune"} <= {r.name for r in task.runs(task.paper_scale)}
+  assert [c.id for c in task.claims()] == ["toy-better"]
+  p = leaderboard.board("lb", "Board", (task,))
+  text = paper_lib.render(p, _records(task, np.full(5, 0.05)))["LEADERBOARD.md"]
+  assert "| Slow |" not in text and "2 methods, each swept" in text
+  assert "Declared, not run at this scale: Slow: a pass over all data a round" in text
+  with pytest.raises(ValueError, match="does not have"):
+    Task("t", "T", {}, (fa,), target=0.5, grid_points=2, not_run={"nope": "x"})
+  with pytest.raises(ValueError, match="baseline"):
+    Task("t", "T", {}, (fa, be), target=0.5, grid_points=2, not_run={"fedavg": "x"})
 
 
 def test_the_declared_leaderboard_runs_are_valid_commands():
