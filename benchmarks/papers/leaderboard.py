@@ -149,9 +149,7 @@ MNIST_CNN = Task(
 # runs. Mime and MimeLite (a full-batch gradient of every cohort role) and FedMax and
 # FedSoftMax (every cohort role's full loss) pass over all of each cohort role's examples a
 # round, on average about 2,800 training windows a role against the 100 of 10 local steps;
-# the pilot (seed 200, one grid point) measured a round at 11.7 s for Mime and 8.6 s for
-# FedMax (scoring the cohort only; 34 s scoring every role) against under 0.5 s for FedAvg:
-# hours a method here.
+# the pilot (seed 200, one grid point) measured FULL_PASS's round times: hours a method here.
 CHARS = dict(dataset="shakespeare", model="char_lstm", lstm_hidden=32, num_clients=75,
              participation="uniform", clients_per_round=10, local_steps=10, batch_size=10,
              rounds=60, eval_every=5, test_examples=2000, train_eval_examples=1000,
@@ -168,7 +166,7 @@ SHAKESPEARE = Task(
     not_run={m: FULL_PASS for m in ("mime", "mime_lite", "fedsoftmax", "fedmax")},
     summary="The built Shakespeare (a role a client, each seed its own 75 roles), 10 of 75 "
             "roles a round, a 32-unit char LSTM, 10 local steps of batch 10, 60 rounds.",
-    pending="the table waits for its 20 runs on the current code, which are being made "
+    pending="the table waits for its 20 runs on the current code, which are to be made "
             "(about 11 minutes a method on 2 cores).",
     paper_scale=dict(num_clients=715, lstm_hidden=256, rounds=1200))
 
