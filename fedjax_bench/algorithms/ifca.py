@@ -86,6 +86,7 @@ def build(task, world, hp: Hparams) -> FederatedAlgorithm:
                      "without --zero_init, mlp, the CNNs)")
   sopt = hp.optimizer()
   clusters = jnp.arange(k)
+  width = client_scores.cohort_width(task, hp.client_width)
 
   def init(key):  # as `rounds.init_server`, with k models and an optimizer state for each
     models = init_models(task, key, k)
@@ -96,7 +97,8 @@ def build(task, world, hp: Hparams) -> FederatedAlgorithm:
     mask, c, world_state = rounds.observe(world, server, key)
     models = server.params
     # F(theta_j; Z_i) for every cluster j and cohort client i: [k, cap].
-    losses = jax.vmap(lambda p: client_scores.of_clients(task, p, c.ids)[0])(models)
+    losses = jax.vmap(lambda p: client_scores.of_cohort(task, p, c.ids, c.valid,
+                                                        width=width))(models)
     choice = choose(losses)
     chose = (choice[:, None] == clusters) & c.valid[:, None]  # [cap, k] one-hot
     weights = fedavg.client_weights(task, c.ids, c.valid, hp.weighting)

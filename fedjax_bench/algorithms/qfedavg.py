@@ -34,10 +34,12 @@ def build(task, world, hp: Hparams) -> FederatedAlgorithm:
   sopt = hp.optimizer()
   q = hp.qffl_q
   static_zero = isinstance(q, (int, float)) and not q
+  width = client_scores.cohort_width(task, hp.client_width)
 
   def round_fn(server, clients, key):
     mask, c, world_state = rounds.observe(world, server, key)
-    f, _ = client_scores.of_clients(task, server.params, c.ids)  # F_k(w^t) [cap]
+    f = client_scores.of_cohort(task, server.params, c.ids, c.valid, width=width)  # F_k(w^t)
+    f = jnp.where(c.valid, f, 1.0)  # padding rows weigh 0; 1 keeps their F^(q-1) finite
     valid = c.valid.astype(jnp.float32)
     fq = f ** q
     weights = valid * fq

@@ -1,7 +1,8 @@
-"""Every client's loss and accuracy at one model, in one vectorized pass, or a cohort's.
+"""Every client's loss and accuracy at one model, in one vectorized pass, or a cohort's loss.
 
-Loss-aware aggregation (FedMax, FedSoftMax) weighs clients by these losses; FedALIGN
-admits free clients whose score is close to the priority clients'.
+Loss-aware aggregation (FedMax, FedSoftMax) and q-FFL weigh clients by these losses, IFCA
+picks each client's cluster by them; FedALIGN admits free clients whose score is close to
+the priority clients'.
 """
 
 import jax
@@ -78,24 +79,6 @@ def _correct(task, outputs, y) -> jax.Array:
   return (jnp.argmax(outputs, -1) == y).astype(jnp.float32)
 
 
-def of_clients(task, params, ids) -> tuple[jax.Array, jax.Array]:
-  """(F_i(params), accuracy_i) over all of client i's training examples, for the clients
-  ``ids`` only ([k] each): one forward pass over each one's ``max_count`` padded rows, a
-  cohort's cost rather than the population's (`per_client`)."""
-  slots = jnp.arange(task.max_count)
-
-  def one(i):
-    count = task.counts[i]
-    x, y = task.client_data(i)(jnp.minimum(slots, jnp.maximum(count - 1, 0)))
-    w = (slots < count).astype(jnp.float32)
-    out = task.logits(params, x)
-    total = jnp.maximum(jnp.sum(w), 1.0)
-    return (jnp.sum(w * task.pointwise_loss(out, y)) / total,
-            jnp.sum(w * _correct(task, out, y)) / total)
-
-  return jax.vmap(one)(ids)
-
-
 def of_cohort(task, params, ids, valid, *, width: int = -1) -> jax.Array:
   """F_i(params) over all of client i's training examples for the cohort rows ``ids``
   ([k]; 0 at rows not ``valid``), each client's examples in chunks of COHORT_CHUNK, as many
@@ -121,3 +104,9 @@ def of_cohort(task, params, ids, valid, *, width: int = -1) -> jax.Array:
 
   chunks = jnp.maximum((task.counts[ids] + chunk - 1) // chunk, 1)
   return client_map.map_clients(one, ids, work=jnp.where(valid, chunks, 0), width=width)
+
+
+def cohort_width(task, width: int) -> int:
+  """The `of_cohort` width a ``--client_width`` resolves to for ``task``'s model."""
+  return client_map.resolve_width(width, client_map.is_convolutional(
+      jax.eval_shape(task.init_params, jax.random.PRNGKey(0))))

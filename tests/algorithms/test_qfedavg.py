@@ -79,3 +79,29 @@ def test_q_zero_is_fedavg_bit_for_bit():
   jax.tree.map(np.testing.assert_array_equal, out[0], out[2])
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=2e-6, atol=1e-7),
                out[1], out[2])
+
+
+def test_padding_rows_and_clients_of_several_chunks():
+  """Bernoulli availability (a cohort slab with padding rows, whose scored F is 0) at
+  q = 0.5, and a client of more examples than one scoring chunk
+  (`client_scores.COHORT_CHUNK`): still Algorithm 2's loop."""
+  from fedjax_bench.core import client_scores
+  from fedjax_bench.sim import participation
+  sizes = [7, 600, 9, 30, 5, 12, 20, 8]
+  assert max(sizes) > client_scores.COHORT_CHUNK
+  part = participation.bernoulli(np.full(N, 0.4), cap=5)
+  task, world = toy_setup(num_clients=N, local_epochs=1.0, batch_size=4, sizes=sizes, part=part)
+  hp = dict(client_lr=0.05, batch_size=4, local_epochs=1.0, qffl_q=0.5)
+  alg = qfedavg.build(task, world, hp)
+  server, clients = alg.init(jax.random.PRNGKey(0))
+  step = jax.jit(alg.round)
+  padded = 0
+  for t in range(3):
+    key = jax.random.PRNGKey(70 + t)
+    padded += 5 - int(np.sum(world.participation.sample(keys.for_purpose(key, "participation"),
+                                                        t)))
+    expected = _loop_round(task, world, hp, server.params, key, t)
+    server, clients, _ = step(server, clients, key)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5),
+                 server.params, expected)
+  assert padded > 0  # some round's slab had padding rows
