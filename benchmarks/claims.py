@@ -12,6 +12,8 @@
       # every paper, hours on 2 cores); --refresh: a stale run whose rerun gives the
       # same numbers takes the rerun's record (the current code's hashes); --remake:
       # every stale run takes its rerun's record and the report is regenerated
+  python benchmarks/claims.py leaderboard --pending=TASK
+      # makes the runs of a leaderboard task still without its table
 
 (`python -m benchmarks.claims ...` from the repository root is the same.)
 
@@ -56,6 +58,9 @@ flags.DEFINE_bool("strict", False, "With --check, runs made on code changed sinc
 flags.DEFINE_bool("list", False, "Print each claim's verdict and each run's state.")
 flags.DEFINE_string("claim", "", "Only this claim's runs (with a PAPER).")
 flags.DEFINE_bool("force", False, "Rerun the runs even when fresh.")
+flags.DEFINE_string("pending", "", "With a PAPER: make the runs of its pending group of this "
+                    "name (a leaderboard task without its table), which no report reads yet, "
+                    "instead of the report's; the report files are then written as usual.")
 flags.DEFINE_bool("report_only", False, "Write the named papers' report files and figures "
                   "from their committed runs, running nothing (runs made on code changed "
                   "since are reported, as --check accepts them); fails if a run is missing "
@@ -156,9 +161,12 @@ def listing(ps, root: str) -> int:
   return 0
 
 
-def make(p, root: str, claim_id: str, force: bool) -> int:
-  _known_claim(p, claim_id)
-  runs = p.claim_runs(claim_id or None)
+def make(p, root: str, claim_id: str, force: bool, pending: str = "") -> int:
+  if pending:
+    runs = _pending_runs(p, pending, claim_id)
+  else:
+    _known_claim(p, claim_id)
+    runs = p.claim_runs(claim_id or None)
   todo = [r for r in runs if force or store.status(store.load(p.runs_dir(root), r), r) != "fresh"]
   print(f"{p.name}: {len(runs)} runs, {len(todo)} to make", flush=True)
   for i, r in enumerate(todo):
@@ -297,6 +305,16 @@ def _known_claim(p, claim_id: str) -> None:
                      + ", ".join(c.id for c in p.claims if p.claim_runs(c.id)))
 
 
+def _pending_runs(p, group: str, claim_id: str) -> list:
+  if claim_id:
+    raise UsageError("--pending and --claim exclude each other: a pending group's runs are "
+                     "read by no claim yet")
+  if group not in p.pending:
+    raise UsageError(f"{p.name} has no pending group {group!r}; valid: "
+                     + (", ".join(p.pending) or "none"))
+  return list(p.pending[group])
+
+
 def main(argv) -> int:
   names = argv[1:]
   root = FLAGS.results_dir
@@ -316,7 +334,9 @@ def main(argv) -> int:
                      + "), or pass --check, --list, --report_only or --verify")
   if FLAGS.verify:
     return verify(chosen(names)[0], root, FLAGS.claim, FLAGS.refresh, FLAGS.remake)
-  return make(chosen(names)[0], root, FLAGS.claim, FLAGS.force)
+  if FLAGS.pending and FLAGS.verify:
+    raise UsageError("--pending makes runs; --verify reruns a report's runs: pass one")
+  return make(chosen(names)[0], root, FLAGS.claim, FLAGS.force, FLAGS.pending)
 
 
 if __name__ == "__main__":

@@ -137,7 +137,8 @@ class Task:
 def board(name: str, title: str, tasks: tuple[Task, ...], intro: str = "",
           notes: str = "") -> Paper:
   """The leaderboard as the claims runner's `Paper`: the runs and comparisons of the
-  tasks that are not pending, its files written by `render`."""
+  tasks that are not pending, its files written by `render`; a pending task's runs are
+  the paper's `pending` group of the task's name."""
   names = [t.name for t in tasks]
   if len(set(names)) != len(names):
     raise ValueError("a task declared twice")
@@ -146,7 +147,8 @@ def board(name: str, title: str, tasks: tuple[Task, ...], intro: str = "",
                runs=tuple(r for t in run for r in t.runs()),
                claims=tuple(c for t in run for c in t.claims()),
                figures=tuple(t.figure() for t in run),
-               renderer=lambda paper, records: render(paper, records, tasks))
+               renderer=lambda paper, records: render(paper, records, tasks),
+               pending={t.name: t.runs() for t in tasks if t.pending})
 
 
 def _fmt(x: float, signed: bool = False, digits: int = 1) -> str:
@@ -268,14 +270,15 @@ def _seeds(seeds) -> str:
   return f"{s[0]}-{s[-1]}" if s == list(range(s[0], s[-1] + 1)) else ",".join(map(str, s))
 
 
-def _declared(task: Task) -> list[str]:
+def _declared(task: Task, paper: str) -> list[str]:
   methods = ", ".join(f"{m.label} ({' × '.join(f'{k} {v}' for k, v in m.grid.items())})"
                       for m in task.methods)
   first = task.runs()[1]
   return [f"### {task.title}", "", (task.summary + " ") if task.summary else "",
           f"Without a table: {task.pending}", "",
           f"Methods and their grids: {methods}.", "", *_not_run(task),
-          f"A run, for instance: `{first.command()}`", ""]
+          f"Its runs: `python benchmarks/claims.py {paper} --pending={task.name}` makes "
+          f"those missing or stale; one of them, for instance: `{first.command()}`", ""]
 
 
 def _scale(task: Task) -> str:
@@ -304,7 +307,7 @@ def render(paper: Paper, records: dict, tasks: tuple[Task, ...]) -> dict[str, st
               "These tasks are declared with their methods and grids; their tables are not "
               "made yet, each for the reason given.", ""]
     for t in pending:
-      lines += _declared(t)
+      lines += _declared(t, paper.name)
   scaled = [t for t in tasks if t.paper_scale]
   if scaled:
     lines += ["## Paper scale", "",

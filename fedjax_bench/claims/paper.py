@@ -9,7 +9,7 @@ import collections
 import dataclasses
 import os
 import textwrap
-from typing import Callable, Optional
+from typing import Callable, Mapping, Optional
 
 from fedjax_bench.claims import store, verdicts
 from fedjax_bench.claims.verdicts import VERDICTS, Claim, Metric
@@ -58,10 +58,14 @@ class Paper:
   # (paper, records) -> {file name: text}: report files other than REPORT_FILES (the
   # leaderboard's), generated and checked the same way.
   renderer: Optional[Callable[["Paper", dict], dict[str, str]]] = None
+  # Runs declared and not read yet, by group (a leaderboard task without its table):
+  # `claims.py NAME --pending=GROUP` makes them; no report reads them.
+  pending: Mapping[str, tuple[store.Run, ...]] = dataclasses.field(default_factory=dict)
 
   def __post_init__(self):
     names = [r.name for r in self.runs]
-    dup = [n for n, c in collections.Counter(names).items() if c > 1]
+    every = names + [r.name for group in self.pending.values() for r in group]
+    dup = [n for n, c in collections.Counter(every).items() if c > 1]
     ids = [c.id for c in self.claims]
     dup += [i for i, c in collections.Counter(ids).items() if c > 1]
     if dup:

@@ -574,6 +574,34 @@ def test_unknown_paper_or_claim_is_one_line():
     assert "yogi-over-avg" in listed and not any(c.startswith("T1-") for c in listed), line
 
 
+def test_pending_makes_a_pending_groups_missing_runs_and_refuses_what_it_cannot(
+    tmp_path, monkeypatch):
+  """`claims.py PAPER --pending=GROUP` makes the group's runs that are not fresh, and only
+  them; an unknown group, or one with --claim, is a one-line error naming the choices."""
+  from benchmarks import claims as runner
+  from fedjax_bench.errors import UsageError
+  from fedjax_bench.claims import leaderboard, store
+  from fedjax_bench.claims.leaderboard import Method, Task
+  methods = (Method("fedavg", "FedAvg", dict(algo="fedavg"), {"client_lr": (0.1, 0.2)}),)
+  big = Task("big", "A big task", dict(dataset="synthetic"), methods, target=0.5,
+             grid_points=2, pending="slow")
+  p = leaderboard.board("lb", "Board", (big,))
+  made = []
+  monkeypatch.setattr(store, "execute", lambda d, r, log=print: made.append(r.name))
+  monkeypatch.setattr(runner, "write_report", lambda p, root: {})
+  assert runner.make(p, str(tmp_path), "", False, "big") == 0
+  assert made == ["big-fedavg-tune", "big-fedavg"]
+  with pytest.raises(UsageError, match=r"lb has no pending group 'nope'; valid: big$"):
+    runner.make(p, str(tmp_path), "", False, "nope")
+  p = claims_cli("leaderboard", "--pending=nope")
+  assert p.returncode == 2, p.stdout + p.stderr
+  valid = ", ".join(_papers().PAPERS["leaderboard"].pending) or "none"
+  assert p.stderr.strip().splitlines()[-1] == (
+      f"error: leaderboard has no pending group 'nope'; valid: {valid}"), p.stderr
+  p = claims_cli("fedawe", "--pending=x", "--claim=T2-gain")
+  assert p.returncode == 2 and "--pending and --claim exclude each other" in p.stderr
+
+
 def test_verify_reruns_aside_and_finds_a_committed_run_that_the_code_does_not_give(tmp_path):
   # The committed FedAWE run must come out again with the same numbers (within the float
   # tolerance between CPUs: it was made on another machine); its FedAvg partner, edited to

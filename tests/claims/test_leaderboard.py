@@ -83,6 +83,8 @@ def test_a_pending_task_is_declared_in_the_table_and_runs_nothing():
   assert {r.name for r in p.runs} == {r.name for r in run.runs()}
   text = paper_lib.render(p, _records(run, np.full(5, 0.05)))["LEADERBOARD.md"]
   assert "Without a table: too slow here" in text
+  assert p.pending == {"big": pend.runs()}  # made on request: claims.py lb --pending=big
+  assert "`python benchmarks/claims.py lb --pending=big` makes those missing" in text
 
 
 def test_a_method_not_run_at_this_scale_has_no_runs_or_row_and_is_named_under_the_table():
