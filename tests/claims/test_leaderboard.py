@@ -115,3 +115,16 @@ def test_the_declared_leaderboard_runs_are_valid_commands():
   for task in declared.TASKS:
     for r in task.runs() + task.runs(task.paper_scale):
       store.config_key(r)  # resolves the settings and checks the sweep as the CLI would
+
+
+def test_no_declared_leaderboard_run_takes_a_papers_preset():
+  """A paper's preset fills in the settings a run does not give (FedSoftMax on MNIST: its
+  paper's 2 local epochs and learning-rate decay), which would set a method's row apart from
+  FedAvg's by more than the algorithm: every value a preset would set must be given."""
+  from benchmarks.papers import leaderboard as declared
+  from fedjax_bench import api
+  for task in declared.TASKS:
+    for r in task.runs() + task.runs(task.paper_scale):
+      cfg, _, _ = api.prepare(seeds=list(r.seeds), sweep=dict(r.sweep), **r.settings)
+      taken = {n: v for n, v in cfg.preset if n not in r.sweep}
+      assert not taken, (r.name, taken)
