@@ -318,6 +318,9 @@ def _pending_runs(p, group: str, claim_id: str) -> list:
 def main(argv) -> int:
   names = argv[1:]
   root = FLAGS.results_dir
+  if FLAGS.pending and (FLAGS.check or FLAGS.list or FLAGS.report_only or FLAGS.verify):
+    raise UsageError("--pending makes a pending group's runs: not with --check, --list, "
+                     "--report_only or --verify")
   if FLAGS.check:
     return check(chosen(names), root, FLAGS.strict)
   if FLAGS.list:
@@ -334,8 +337,6 @@ def main(argv) -> int:
                      + "), or pass --check, --list, --report_only or --verify")
   if FLAGS.verify:
     return verify(chosen(names)[0], root, FLAGS.claim, FLAGS.refresh, FLAGS.remake)
-  if FLAGS.pending and FLAGS.verify:
-    raise UsageError("--pending makes runs; --verify reruns a report's runs: pass one")
   return make(chosen(names)[0], root, FLAGS.claim, FLAGS.force, FLAGS.pending)
 
 

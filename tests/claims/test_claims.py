@@ -600,6 +600,8 @@ def test_pending_makes_a_pending_groups_missing_runs_and_refuses_what_it_cannot(
       f"error: leaderboard has no pending group 'nope'; valid: {valid}"), p.stderr
   p = claims_cli("fedawe", "--pending=x", "--claim=T2-gain")
   assert p.returncode == 2 and "--pending and --claim exclude each other" in p.stderr
+  p = claims_cli("leaderboard", "--pending=x", "--verify")
+  assert p.returncode == 2 and "not with --check, --list, --report_only or --verify" in p.stderr
 
 
 def test_verify_reruns_aside_and_finds_a_committed_run_that_the_code_does_not_give(tmp_path):
