@@ -577,7 +577,8 @@ def test_unknown_paper_or_claim_is_one_line():
 def test_pending_makes_a_pending_groups_missing_runs_and_refuses_what_it_cannot(
     tmp_path, monkeypatch):
   """`claims.py PAPER --pending=GROUP` makes the group's runs that are not fresh, and only
-  them; an unknown group, or one with --claim, is a one-line error naming the choices."""
+  them; an unknown group (naming the valid ones), or --pending with --claim or --verify,
+  is a one-line error."""
   from benchmarks import claims as runner
   from fedjax_bench.errors import UsageError
   from fedjax_bench.claims import leaderboard, store
