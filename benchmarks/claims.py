@@ -26,8 +26,10 @@ in results/PAPER/: REPORT.md (the answer: the verdict counts of the paper's clai
 multiplicity, the claim tables, then the setting, the checks that are not claims of the
 paper, the figures), VERDICTS.md (the rules, and how each verdict is computed) and RUNS.md
 (the runs, their times and commands). `--check` reads files only (the default test suite runs
-it): it fails when a report file is not what the runs give or a run is missing or of
-another configuration, and warns about runs made on code that changed since (`--strict`:
+it): it fails when a report file is not what the runs give, a run is missing or of
+another configuration, or a claim compares two algorithms of which a paper's preset gives
+one settings the other lacks (`fedjax_bench.claims.pairs`; making the runs refuses that
+too), and warns about runs made on code that changed since (`--strict`:
 fails on them too), so a library change does not wait on hours of reruns, and the warning
 says which reports to regenerate.
 """
@@ -46,7 +48,7 @@ from absl import flags  # noqa: E402
 
 from fedjax_bench import cli  # noqa: E402
 from fedjax_bench.output import results  # noqa: E402
-from fedjax_bench.claims import paper as paper_lib, store  # noqa: E402
+from fedjax_bench.claims import pairs, paper as paper_lib, store  # noqa: E402
 from fedjax_bench.errors import UsageError  # noqa: E402
 from benchmarks import papers  # noqa: E402
 
@@ -123,6 +125,7 @@ def check(ps, root: str, strict: bool) -> int:
       continue
     problems = [f"run {n}: {s}" for n, s in st.items()
                 if s != "fresh" and (strict or not s.startswith("code changed"))]
+    problems += pairs.unequal_presets(p)
     for n, s in st.items():
       if s.startswith("code changed") and not strict:
         print(f"{p.name}: warning: run {n} is stale, {s} "
@@ -167,6 +170,10 @@ def make(p, root: str, claim_id: str, force: bool, pending: str = "") -> int:
   else:
     _known_claim(p, claim_id)
     runs = p.claim_runs(claim_id or None)
+    unequal = pairs.unequal_presets(p)
+    if unequal:
+      raise UsageError(f"{p.name}: {unequal[0]}" + (f" (and {len(unequal) - 1} more)"
+                                                     if len(unequal) > 1 else ""))
   todo = [r for r in runs if force or store.status(store.load(p.runs_dir(root), r), r) != "fresh"]
   print(f"{p.name}: {len(runs)} runs, {len(todo)} to make", flush=True)
   for i, r in enumerate(todo):
