@@ -1,7 +1,8 @@
 """Claims as code: each paper declares its runs and claims (benchmarks/papers/); runs are
 cached by configuration and code (`store`), verdicts computed (`verdicts`), each claim's
 comparisons checked for equal terms (`pairs`) and the report generated (`paper.render`);
-the leaderboard's tasks become such a declaration (`leaderboard.board`). Driven by `benchmarks/claims.py`."""
+the leaderboard's tasks become such a declaration (`leaderboard.board`). Driven by
+`benchmarks/claims.py`."""
 
 from fedjax_bench.claims.paper import Curve, Figure, Paper, plot, render
 from fedjax_bench.claims.store import Run
