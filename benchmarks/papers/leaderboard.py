@@ -125,11 +125,9 @@ AVAILABILITY = Task(
 # dense layer), batch 10 (McMahan et al.'s B), 5 local steps, 50 rounds, train_loss on
 # 1,000 examples. The setting and the target were sized by a FedAvg pilot on seeds 200-201,
 # outside both seed sets: 92% at round 50 at client lr 0.1. A method's two runs (4 grid
-# points on 3 tuning seeds, then on 5 reported seeds) take 16 to 31 minutes on 2 cores
-# (measured: FedAvg, FedAvgM, FedAdam, FedYogi, FedAdagrad, FedProx, SCAFFOLD, FedDyn,
-# FedExP); the tuning runs alone took 45 minutes for Mime (a full-batch gradient of every
-# cohort client a round) and 13.5 for q-FFL, which scores every cohort client's loss a round
-# (a round about 2.5 times FedAvg's).
+# points on 3 tuning seeds, then on 5 reported seeds) take 16 to 31 minutes on 2 cores;
+# 36 to 39 for q-FFL, FedMax and FedSoftMax, which score every cohort client's loss a round,
+# and 73 and 98 for MimeLite and Mime (a full-batch gradient of every cohort client a round).
 CNN = dict(dataset="mnist", model="paper_cnn", partition="shards", shards_per_client=2,
            num_clients=100, participation="uniform", clients_per_round=10, local_steps=5,
            batch_size=10, rounds=50, eval_every=5, train_eval_examples=1000,
@@ -141,9 +139,6 @@ MNIST_CNN = Task(
     summary="McMahan et al.'s pathological split (two label shards a client, each seed its "
             "own), 10 of 100 clients a round, the loss-aware aggregation paper's CNN, 5 local "
             "steps of batch 10, 50 rounds.",
-    pending="the table waits for all 28 runs on the current code, which are being made "
-            "(16 to 31 minutes a method on 2 cores; 39 for q-FFL, whose round costs what "
-            "FedMax's and FedSoftMax's do, and 98 for Mime).",
     paper_scale=dict(model="fedavg_cnn", local_steps=50, rounds=1000,
                      train_eval_examples=10000))
 
