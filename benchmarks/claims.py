@@ -28,10 +28,10 @@ paper, the figures), VERDICTS.md (the rules, and how each verdict is computed) a
 (the runs, their times and commands). `--check` reads files only (the default test suite runs
 it): it fails when a report file is not what the runs give, a run is missing or of
 another configuration, or a claim compares two algorithms of which a paper's preset gives
-one settings the other lacks (`fedjax_bench.claims.pairs`; making the runs refuses that
-too), and warns about runs made on code that changed since (`--strict`:
-fails on them too), so a library change does not wait on hours of reruns, and the warning
-says which reports to regenerate.
+one settings the other reads at other values (`fedjax_bench.claims.pairs`; making the runs
+refuses that too), and warns about runs made on code that changed since (`--strict`: fails
+on them too), so a library change does not wait on hours of reruns, and the warning says
+which reports to regenerate.
 """
 
 import os
