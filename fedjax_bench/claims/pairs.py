@@ -12,6 +12,7 @@ event budget for a time horizon) are the paper's own per-method choices, not fla
 
 import itertools
 
+from fedjax_bench.claims import store
 from fedjax_bench.claims.store import Run
 from fedjax_bench.config import presets
 
@@ -30,14 +31,12 @@ def _taken(run: Run, cfg) -> dict:
 def unequal_presets(paper) -> list[str]:
   """One line per (claim, setting) where the claim's runs of two algorithms differ in a
   value that a preset set for one of them; empty when every comparison is of equals."""
-  from fedjax_bench import api
   runs = {r.name: r for r in paper.runs}
   resolved = {}
 
   def cfg(name):
     if name not in resolved:
-      r = runs[name]
-      resolved[name] = api.prepare(seeds=list(r.seeds), sweep=dict(r.sweep), **r.settings)[0]
+      resolved[name] = store.prepare(runs[name])[0]
     return resolved[name]
 
   out = []

@@ -47,12 +47,17 @@ def _flag_value(v) -> str:
   return str(v)
 
 
+def prepare(run: Run):
+  """(config, seeds, grid) of ``run``, resolved and checked as the command line would."""
+  from fedjax_bench import api
+  return api.prepare(seeds=list(run.seeds), sweep=dict(run.sweep), **run.settings)
+
+
 def config_key(run: Run) -> str:
   """Hash of every setting that shapes the run's numbers (run_dir.run_fingerprint, rounds
   included), its seeds and grid: equal keys, equal numbers."""
-  from fedjax_bench import api
   from fedjax_bench.engine import run_dir
-  cfg, seeds, grid = api.prepare(seeds=list(run.seeds), sweep=dict(run.sweep), **run.settings)
+  cfg, seeds, grid = prepare(run)
   fp = {**run_dir.run_fingerprint(cfg, seeds, grid), "rounds": cfg.eval.rounds,
         "eval_every": cfg.eval.eval_every, **({"x64": True} if run.x64 else {})}
   return hashlib.sha256(json.dumps(fp, sort_keys=True).encode()).hexdigest()[:16]

@@ -122,9 +122,9 @@ def test_no_declared_leaderboard_run_takes_a_papers_preset():
   paper's 2 local epochs and learning-rate decay), which would set a method's row apart from
   FedAvg's by more than the algorithm: every value a preset would set must be given."""
   from benchmarks.papers import leaderboard as declared
-  from fedjax_bench import api
+  from fedjax_bench.claims import store
   for task in declared.TASKS:
     for r in task.runs() + task.runs(task.paper_scale):
-      cfg, _, _ = api.prepare(seeds=list(r.seeds), sweep=dict(r.sweep), **r.settings)
+      cfg, _, _ = store.prepare(r)
       taken = {n: v for n, v in cfg.preset if n not in r.sweep}
       assert not taken, (r.name, taken)
