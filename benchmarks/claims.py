@@ -108,16 +108,24 @@ def report_path(p, root: str, file: str = "REPORT.md") -> str:
   return os.path.join(p.directory(root), file)
 
 
-def states(p, records) -> dict:
-  """{run name: state} of the runs the claims read."""
-  return {r.name: store.status(records.get(r.name), r) for r in p.claim_runs()}
+def states(p, records, prepared=None) -> dict:
+  """{run name: state} of the runs the claims read; ``prepared``, when given, is filled
+  with {run name: store.prepare(run)}."""
+  prepared = {} if prepared is None else prepared
+  out = {}
+  for r in p.claim_runs():
+    prepared[r.name] = store.prepare(r)
+    key = store.config_key(r, prepared[r.name])
+    out[r.name] = store.status(records.get(r.name), r, key)
+  return out
 
 
 def check(ps, root: str, strict: bool) -> int:
   bad = 0
   for p in ps:
     records = records_of(p, root)
-    st = states(p, records)
+    prepared = {}
+    st = states(p, records, prepared)
     if p.name in papers.PENDING:
       made = sum(s == "fresh" or s.startswith("code changed") for s in st.values())
       print(f"{p.name}: pending, not checked: {made} of its {len(st)} runs made "
@@ -125,7 +133,7 @@ def check(ps, root: str, strict: bool) -> int:
       continue
     problems = [f"run {n}: {s}" for n, s in st.items()
                 if s != "fresh" and (strict or not s.startswith("code changed"))]
-    problems += pairs.unequal_presets(p)
+    problems += pairs.unequal_presets(p, {n: c[0] for n, c in prepared.items()})
     for n, s in st.items():
       if s.startswith("code changed") and not strict:
         print(f"{p.name}: warning: run {n} is stale, {s} "

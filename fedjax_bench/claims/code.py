@@ -240,14 +240,22 @@ def _library_files() -> list[str]:
   return out
 
 
+@functools.lru_cache(maxsize=2)
+def _library_index(files: tuple) -> tuple[frozenset, frozenset]:
+  """(every def's hash, every top-level binding's hash) of the library files ((path,
+  mtime) pairs: an edited file is another key)."""
+  sources = [_parsed(path, mtime) for path, mtime in files]
+  defs = frozenset(d[3] for source in sources for d in source[1])
+  bindings = frozenset(h for source in sources for h in (source[0] + " " + source[2]).split())
+  return defs, bindings
+
+
 def changed(code: dict) -> list[str]:
   """The entries of ``code`` (a `digest`) whose source is nowhere in the library now. The
   lookup is by content: a function or a top-level binding that moved to another module,
   unchanged, is still there (a function by its hash; a module's bindings each in some
   module's top level), so moving code stales no run."""
-  sources = [_source(path) for path in _library_files()]
-  defs = {d[3] for source in sources for d in source[1]}
-  bindings = {h for source in sources for h in (source[0] + " " + source[2]).split()}
+  defs, bindings = _library_index(tuple((p, os.path.getmtime(p)) for p in _library_files()))
   out = []
   for key, h in code.items():
     rel, _, name = key.partition(":")

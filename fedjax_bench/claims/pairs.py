@@ -28,11 +28,12 @@ def _taken(run: Run, cfg) -> dict:
   return out
 
 
-def unequal_presets(paper) -> list[str]:
+def unequal_presets(paper, resolved=None) -> list[str]:
   """One line per (claim, setting) where the claim's runs of two algorithms differ in a
-  value that a preset set for one of them; empty when every comparison is of equals."""
+  value that a preset set for one of them; empty when every comparison is of equals.
+  ``resolved``: {run name: its config} the caller has already resolved."""
   runs = {r.name: r for r in paper.runs}
-  resolved = {}
+  resolved = dict(resolved or {})
 
   def cfg(name):
     if name not in resolved:

@@ -53,11 +53,12 @@ def prepare(run: Run):
   return api.prepare(seeds=list(run.seeds), sweep=dict(run.sweep), **run.settings)
 
 
-def config_key(run: Run) -> str:
+def config_key(run: Run, prepared=None) -> str:
   """Hash of every setting that shapes the run's numbers (run_dir.run_fingerprint, rounds
-  included), its seeds and grid: equal keys, equal numbers."""
+  included), its seeds and grid: equal keys, equal numbers. ``prepared``: `prepare(run)`,
+  when the caller has it."""
   from fedjax_bench.engine import run_dir
-  cfg, seeds, grid = prepare(run)
+  cfg, seeds, grid = prepared or prepare(run)
   fp = {**run_dir.run_fingerprint(cfg, seeds, grid), "rounds": cfg.eval.rounds,
         "eval_every": cfg.eval.eval_every, **({"x64": True} if run.x64 else {})}
   return hashlib.sha256(json.dumps(fp, sort_keys=True).encode()).hexdigest()[:16]

@@ -605,10 +605,12 @@ def test_pending_makes_a_pending_groups_missing_runs_and_refuses_what_it_cannot(
   assert p.returncode == 2 and "not with --check, --list, --report_only or --verify" in p.stderr
 
 
-def test_verify_reruns_aside_and_finds_a_committed_run_that_the_code_does_not_give(tmp_path):
+def test_verify_finds_a_committed_run_that_the_code_does_not_give(tmp_path, sine_reruns):
   # The committed FedAWE run must come out again with the same numbers (within the float
   # tolerance between CPUs: it was made on another machine); its FedAvg partner, edited to
-  # fail, must flip the claim's verdict and fail the command.
+  # fail, must flip the claim's verdict and fail the command. The reruns are the fixture's
+  # (this code's, made by `--verify` itself, which test_verify_dir_keeps_the_reruns...
+  # checks), read from its --verify_dir instead of made again.
   shutil.copytree(os.path.join(ROOT, "results", "fedawe"), tmp_path / "fedawe")
   runs = sorted((tmp_path / "fedawe" / "runs").glob("*.json"))
   path = tmp_path / "fedawe" / "runs" / "toyfl_paper_sine_fedavg.json"
@@ -617,8 +619,10 @@ def test_verify_reruns_aside_and_finds_a_committed_run_that_the_code_does_not_gi
   rec["metrics"]["test_accuracy"] = np.ones_like(rec["metrics"]["test_accuracy"]).tolist()
   path.write_text(json.dumps(rec))
   before = {f: f.read_bytes() for f in (tmp_path / "fedawe").rglob("*") if f.is_file()}
-  p = claims_cli("fedawe", "--verify", "--claim=S-paper-phi", f"--results_dir={tmp_path}")
+  p = claims_cli("fedawe", "--verify", "--claim=S-paper-phi", f"--results_dir={tmp_path}",
+                 f"--verify_dir={sine_reruns[0]}")
   assert p.returncode == 1, p.stdout + p.stderr
+  assert p.stdout.count("rerun already in") == 2, p.stdout
   lines = {line.split(":")[0].strip(): line for line in p.stdout.splitlines()}
   assert lines["toyfl_paper_sine_fedawe"].endswith("; the same numbers"), p.stdout
   assert not lines["toyfl_paper_sine_fedavg"].endswith("; the same numbers"), p.stdout
