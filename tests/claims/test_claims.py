@@ -524,16 +524,19 @@ def test_check_fails_on_an_edited_report_and_a_missing_run(tmp_path):
   weaker = next(v for v in ("contradicted", "not reproduced", "direction only")
                 if f"**{v}**" in text)
   report.write_text(text.replace(f"**{weaker}**", "**reproduced**", 1))  # upgraded by hand
-  p = claims_cli("--check", "fedawe", f"--results_dir={tmp_path}")
-  assert p.returncode == 1 and "REPORT.md differs from what its runs produce" in p.stdout
-  report.write_text(text)
+  kept = {}
   for name in ("VERDICTS.md", "RUNS.md"):  # the report's other files are checked alike
     other = tmp_path / "fedawe" / name
-    kept = other.read_text()
-    other.write_text(kept.replace(" |", " (edited) |", 1) + "A line added by hand.\n")
-    p = claims_cli("--check", "fedawe", f"--results_dir={tmp_path}")
-    assert p.returncode == 1 and f"{name} differs from what its runs produce" in p.stdout, name
-    other.write_text(kept)
+    kept[other] = other.read_text()
+    other.write_text(kept[other].replace(" |", " (edited) |", 1) + "A line added by hand.\n")
+  p = claims_cli("--check", "fedawe", f"--results_dir={tmp_path}")
+  assert p.returncode == 1, p.stdout
+  for name in ("REPORT.md", "VERDICTS.md", "RUNS.md"):  # each named on its own line
+    assert sum(f"{name} differs from what its runs produce" in line
+               for line in p.stdout.splitlines()) == 1, (name, p.stdout)
+  report.write_text(text)
+  for other, original in kept.items():
+    other.write_text(original)
   p = claims_cli("--check", "fedawe", f"--results_dir={tmp_path}")
   assert p.returncode == 0, p.stdout
   os.remove(next((tmp_path / "fedawe" / "runs").glob("*.json")))
