@@ -136,7 +136,7 @@ def test_two_runs_into_one_directory_on_the_command_line(tmp_path):
     assert first.poll() is None  # undisturbed
   finally:
     first.send_signal(signal.SIGINT)
-    first.wait(timeout=120)
+    first.communicate(timeout=120)  # drained: a full pipe would hold its last lines back
 
 
 # 2. --resume cannot extend a finished run.
