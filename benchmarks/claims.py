@@ -109,22 +109,18 @@ def report_path(p, root: str, file: str = "REPORT.md") -> str:
 
 
 def states(p, records, prepared=None) -> dict:
-  """{run name: state} of the runs the claims read; ``prepared``, when given, is filled
-  with {run name: store.prepare(run)}."""
-  prepared = {} if prepared is None else prepared
-  out = {}
-  for r in p.claim_runs():
-    prepared[r.name] = store.prepare(r)
-    key = store.config_key(r, prepared[r.name])
-    out[r.name] = store.status(records.get(r.name), r, key)
-  return out
+  """{run name: state} of the runs the claims read; ``prepared``: {run name:
+  store.prepare(run)}, where the caller has resolved them."""
+  prepared = prepared or {}
+  key = lambda r: store.config_key(r, prepared[r.name]) if r.name in prepared else None
+  return {r.name: store.status(records.get(r.name), r, key(r)) for r in p.claim_runs()}
 
 
 def check(ps, root: str, strict: bool) -> int:
   bad = 0
   for p in ps:
     records = records_of(p, root)
-    prepared = {}
+    prepared = {r.name: store.prepare(r) for r in p.claim_runs()}  # for states and pairs
     st = states(p, records, prepared)
     if p.name in papers.PENDING:
       made = sum(s == "fresh" or s.startswith("code changed") for s in st.values())

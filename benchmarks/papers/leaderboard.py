@@ -148,13 +148,12 @@ MNIST_CNN = Task(
 # 60 rounds in 168 s on 2 cores): 25% is reached by round 25-30 at lr 4, by round 40 at lr 1;
 # at round 60 lr 4 gives 31.8%, lr 2 29.8%, lr 8 11% (unstable), so the grids are centred
 # on lr 2-4. A method whose round is local training took 11 to 14 minutes for its two runs
-# (FedAvg's 14 with a cold compilation cache; 1.7 hours for the 9 methods). Mime and
+# (FedAvg's 14, the first made; 1.7 hours for the 9 methods). Mime and
 # MimeLite (a full-batch gradient of every cohort role) and FedMax, FedSoftMax and q-FFL
 # (every cohort role's full loss) pass over all of each cohort role's examples a round, on
 # average about 2,800 training windows a role against the 100 of 10 local steps; the pilot
 # (seed 200, one grid point) measured FULL_PASS's round times: hours a method here. q-FFL's
-# tuning run, started with the others, had not finished after 15 minutes (the others' took
-# under 4) and was stopped.
+# tuning run ran 15 minutes without finishing (the others' took under 4).
 CHARS = dict(dataset="shakespeare", model="char_lstm", lstm_hidden=32, num_clients=75,
              participation="uniform", clients_per_round=10, local_steps=10, batch_size=10,
              rounds=60, eval_every=5, test_examples=2000, train_eval_examples=1000,
