@@ -8,22 +8,25 @@ gradient step (forward, input and weight gradients, an SGD update) in a scan of 
 one client at a time as the engine runs convolutional clients on CPU (`client_map`), in
 four formulations of the same convolution:
 
-  direct     `models.conv.conv_nhwc`, what the models run (XLA's convolution: 25 products
-             per output and input channel)
+  direct     `models.conv.conv_nhwc`, XLA's convolution (25 products per output and
+             input channel)
   winograd   Winograd's minimal filtering F(2x2, 5x5) (Lavin & Gray, "Fast Algorithms for
              Convolutional Neural Networks", CVPR 2016): 6x6 input tiles, 36 batched
              matmuls, 9 products per output; the transforms are XLA element-wise ops and
              small einsums, the gradients JAX's of that program
   winograd4  F(4x4, 5x5): 8x8 tiles, 64 matmuls, 4 products per output (14x14 computed as
              16x16), larger float32 error
+  winograd4_cxx  `models.winograd.conv`, what the models run: F(4x4, 5x5) with the four
+             tile transforms in C++ (`core/kernels/winograd.cc`), one pass each
   fft        the convolution theorem: real FFTs of the 18x18 padded maps, 180 frequency
              bins of complex [batch, 32] x [32, 64] products
 
 The table gives each one's ms per client-step (the best of --repeats calls), the direct
 formulation's time over it, and its largest absolute difference from XLA's convolution at
 HIGHEST precision. Fewer multiplications pay only when the transforms cost less than the
-arithmetic they save; on XLA:CPU each transform is a separate memory pass over a tensor
-(a*a / tile^2) times the output's size (9x for F(2x2), 4x for F(4x4)), forward and back.
+arithmetic they save; as XLA ops each transform is several memory passes over a tensor
+(a*a / tile^2) times the output's size (9x for F(2x2), 4x for F(4x4)), forward and back,
+where the C++ transforms make one.
 """
 
 import os
@@ -39,6 +42,7 @@ from jax import lax  # noqa: E402
 import numpy as np  # noqa: E402
 
 from benchmarks.speed import harness  # noqa: E402
+from fedjax_bench.models import winograd as models_winograd  # noqa: E402
 from fedjax_bench.models.conv import conv_nhwc  # noqa: E402
 
 
@@ -57,37 +61,6 @@ def parse(argv=None) -> argparse.Namespace:
   return args
 
 BATCH, SIZE, C_IN, C_OUT, K = 32, 14, 32, 64, 5
-# Interpolation points of the Toom-Cook construction (and the point at infinity): of the
-# sets tried, the one with the smallest float32 error for F(2, 5).
-POINTS = (0.0, 1.0, -1.0, 0.5, -2.0)
-TILE4_POINTS = (0.0, 1.0, -1.0, 2.0, -2.0, 0.5, -0.5)
-
-
-def toom_cook(m: int, r: int, points=POINTS):
-  """(A^T [m, n], G [n, r], B^T [n, n]), n = m + r - 1, of Winograd's F(m, r) at ``points``
-  and infinity: the correlation y_i = sum_k d_{i+k} g_k of n inputs with r taps is
-  A^T ((G g) * (B^T d)). A^T and G are the Vandermonde and Lagrange matrices of the points;
-  B^T is solved from that identity (it is determined by it), in float64."""
-  n = m + r - 1
-  if len(points) != n - 1:
-    raise ValueError(f"F({m}, {r}) needs {n - 1} finite points, got {len(points)}")
-  at, g = np.zeros((m, n)), np.zeros((n, r))
-  for i, p in enumerate(points):
-    at[:, i] = [p ** j for j in range(m)]
-    lagrange = np.prod([p - q for k, q in enumerate(points) if k != i])
-    g[i] = [p ** j / lagrange for j in range(r)]
-  at[m - 1, n - 1] = g[n - 1, r - 1] = 1.0
-  # sum_l at[i, l] g[l, k] bt[l, j] = [j == i + k] for all i, k, j: linear in bt.
-  system = np.einsum("il,lk,lL,jJ->ikjLJ", at, g, np.eye(n), np.eye(n)).reshape(m * r * n, -1)
-  target = np.array([[[float(j == i + k) for j in range(n)] for k in range(r)]
-                     for i in range(m)]).ravel()
-  bt = np.linalg.lstsq(system, target, rcond=None)[0].reshape(n, n)
-  if np.abs(system @ bt.ravel() - target).max() > 1e-9:
-    raise ValueError(f"points {points} give no F({m}, {r})")
-  bt[np.abs(bt) < 1e-12] = 0.0  # the solver's rounding, not terms: exact zeros are skipped
-  return at, g, bt
-
-
 def _combine(coefficients, term):
   """sum_u c_u term(u) over the nonzero c_u, as element-wise XLA ops."""
   out = None
@@ -99,8 +72,9 @@ def _combine(coefficients, term):
 
 
 def winograd(x, w, tile: int = 2):
-  """SAME 5x5 convolution of NHWC ``x`` by HWIO ``w`` with F(tile x tile, 5x5)."""
-  at, g, bt = toom_cook(tile, K, POINTS if tile == 2 else TILE4_POINTS)
+  """SAME 5x5 convolution of NHWC ``x`` by HWIO ``w`` with F(tile x tile, 5x5), every
+  transform an XLA op."""
+  at, g, bt = models_winograd.transforms(tile, K)
   a = tile + K - 1
   n, h, wd, c_in = x.shape
   th, tw = -(-h // tile), -(-wd // tile)
@@ -138,16 +112,24 @@ def direct(x, w):
   return conv_nhwc(x, w, ((K // 2, K // 2), (K // 2, K // 2)))
 
 
+def models_f4(x, w):
+  return models_winograd.conv(x, w, ((K // 2, K // 2), (K // 2, K // 2)), 4)
+
+
 FORMULATIONS = {"direct": direct, "winograd": winograd,
-                "winograd4": lambda x, w: winograd(x, w, 4), "fft": fft}
+                "winograd4": lambda x, w: winograd(x, w, 4), "fft": fft,
+                "winograd4_cxx": models_f4}
 
 
 def local_steps(conv):
-  """One client at a time (lax.map), each a scan of SGD steps on sum(tanh(conv(x, w)))."""
+  """One client at a time (lax.map), each a scan of SGD steps on sum(tanh(conv(x, w))),
+  with the input's gradient too (a CNN backpropagates through every convolution but its
+  first; its mean enters the update so that XLA keeps it)."""
   def client(args):
     w, xs = args
     def step(w, x):
-      return w - 0.01 * jax.grad(lambda w: jnp.sum(jnp.tanh(conv(x, w))))(w), None
+      gw, gx = jax.grad(lambda w, x: jnp.sum(jnp.tanh(conv(x, w))), argnums=(0, 1))(w, x)
+      return w - 0.01 * gw - 1e-3 * jnp.mean(gx), None
     return lax.scan(step, w, xs)[0]
   return jax.jit(lambda ws, xs: lax.map(client, (ws, xs)))
 
@@ -178,7 +160,7 @@ def main(argv=None):
     print(f"{name}: {rows[-1]['ms_per_client_step']:.1f} ms per client-step", flush=True)
   harness.finish(env)
   base = rows[0]["ms_per_client_step"]
-  lines = ["# One convolution's gradient step in three formulations", "",
+  lines = ["# One convolution's gradient step in five formulations", "",
            f"5x5 convolution {C_IN} -> {C_OUT} channels on {SIZE}x{SIZE}, SAME, batch {BATCH} "
            f"(W3's second convolution): forward, both gradients and an SGD update, {s} steps "
            f"of {c} clients one at a time (`python -m benchmarks.speed.conv_formulations`); "

@@ -1,5 +1,6 @@
 """benchmarks/speed/conv_formulations.py: Winograd's and the FFT's convolutions against a
-NumPy loop over the 25 taps, so that its timings compare the same convolution."""
+NumPy loop over the 25 taps, so that its timings compare the same convolution (the
+transforms themselves: tests/models/test_winograd.py)."""
 
 import numpy as np
 import pytest
@@ -19,21 +20,7 @@ def numpy_same_conv(x, w):
   return out
 
 
-@pytest.mark.parametrize("tile,points", [(2, cf.POINTS), (4, cf.TILE4_POINTS)])
-def test_toom_cook_matrices_compute_the_one_dimensional_correlation(tile, points):
-  at, g, bt = cf.toom_cook(tile, 5, points)
-  rng = np.random.default_rng(0)
-  d, taps = rng.normal(size=tile + 4), rng.normal(size=5)
-  want = [sum(d[i + k] * taps[k] for k in range(5)) for i in range(tile)]
-  np.testing.assert_allclose(at @ ((g @ taps) * (bt @ d)), want, rtol=1e-12, atol=1e-12)
-
-
-def test_too_few_points_are_refused():
-  with pytest.raises(ValueError, match="needs 5 finite points"):
-    cf.toom_cook(2, 5, (0.0, 1.0))
-
-
-@pytest.mark.parametrize("conv", ["winograd", "winograd4", "fft"])
+@pytest.mark.parametrize("conv", ["winograd", "winograd4", "fft", "winograd4_cxx"])
 @pytest.mark.parametrize("size", [6, 7])
 def test_each_formulation_is_the_same_convolution(conv, size):
   rng = np.random.default_rng(1)
