@@ -39,7 +39,7 @@ SOURCE = "winograd.cc"
 # The C++'s SHA-256: a run's code record holds this module's bindings, not the C++, so an
 # edit of the kernels stales the runs that called them through this line
 # (tests/models/test_winograd.py fails until it is updated).
-SOURCE_SHA256 = "f129df2572914afba54ebcbe00c24e9720084af92d9473c218b23231eafbe64b"
+SOURCE_SHA256 = "72dd284f9531c8b1e2bc643a0c2387045d23264e050172b1c08e1852da178de5"
 
 # Interpolation points of the Toom-Cook construction (and the point at infinity), by m + r -
 # 1: of the sets tried, the ones with the smallest float32 error.

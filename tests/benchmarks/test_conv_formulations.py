@@ -6,18 +6,7 @@ import numpy as np
 import pytest
 
 from benchmarks.speed import conv_formulations as cf
-
-
-def numpy_same_conv(x, w):
-  """SAME cross-correlation, NHWC by HWIO, as a loop over the kernel's taps in float64."""
-  k = w.shape[0]
-  xp = np.pad(x.astype(np.float64), ((0, 0), (k // 2,) * 2, (k // 2,) * 2, (0, 0)))
-  h, wd = x.shape[1:3]
-  out = np.zeros(x.shape[:3] + (w.shape[-1],))
-  for i in range(k):
-    for j in range(k):
-      out += xp[:, i:i + h, j:j + wd] @ w[i, j].astype(np.float64)
-  return out
+from tests.models.test_winograd import direct_conv64
 
 
 @pytest.mark.parametrize("conv", ["winograd", "winograd4", "fft", "winograd4_cxx"])
@@ -27,7 +16,8 @@ def test_each_formulation_is_the_same_convolution(conv, size):
   x = rng.normal(size=(2, size, size, 3)).astype(np.float32)
   w = rng.normal(size=(5, 5, 3, 4)).astype(np.float32)
   got = np.asarray(cf.FORMULATIONS[conv](x, w), np.float64)
-  np.testing.assert_allclose(got, numpy_same_conv(x, w), atol=2e-4 * np.abs(got).max())
+  want = direct_conv64(x, w, ((2, 2), (2, 2)))
+  np.testing.assert_allclose(got, want, atol=2e-4 * np.abs(got).max())
 
 
 def test_sizes_below_one_are_refused():

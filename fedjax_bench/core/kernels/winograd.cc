@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "xla/ffi/api/ffi.h"
 
@@ -30,6 +31,8 @@ namespace {
 struct Geometry {
   int64_t lead, n, h, w, c, th, tw, pad_h, pad_w;
   int64_t tiles() const { return n * th * tw; }
+  int64_t image() const { return n * h * w * c; }                      // one client's images
+  int64_t positions(int64_t a) const { return a * a * tiles() * c; }   // one client's [a*a, T, C]
 };
 
 typedef float v16 __attribute__((vector_size(64)));  // one AVX-512 register, two AVX ones
@@ -159,7 +162,7 @@ void Input(const Geometry& g, const float* x, float* v) {
 
 template <int A, int M>
 void InputT(const Geometry& g, const float* v, float* x) {
-  std::fill(x, x + g.n * g.h * g.w * g.c, 0.f);
+  std::fill(x, x + g.image(), 0.f);
   ForTiles(g, M, [&](int64_t t, int64_t n, int64_t y0, int64_t x0, int64_t c0, int64_t nc) {
     v16 in[A][A], d[A][A];
     LoadPositions<A>(g, v, t, c0, nc, in);
@@ -199,48 +202,24 @@ void OutputT(const Geometry& g, const float* y, float* mm) {
   });
 }
 
-// F(2x2, 3x3), F(4x4, 3x3), F(2x2, 5x5), F(4x4, 5x5): (a, m) of (4, 2), (6, 4), (6, 2),
-// (8, 4). `given` is the B^T (or, with output, A^T) the caller computed: it must be ours.
-template <template <int, int> class Op, typename... Args>
-ffi::Error Dispatch(int64_t a, int64_t m, bool output, ffi::Span<const float> given,
-                    Args... args) {
-  auto run = [&](auto op, const auto& bt, const auto& at) {
-    if (!(output ? Same(at, given) : Same(bt, given)))
+// Runs f(A, M) (std::integral_constant tile sizes) for F(2x2, 3x3), F(4x4, 3x3), F(2x2, 5x5)
+// or F(4x4, 5x5): (a, m) of (4, 2), (6, 4), (6, 2), (8, 4). `given` is the B^T (or, with
+// output, A^T) the caller computed: it must be ours.
+template <typename F>
+ffi::Error Dispatch(int64_t a, int64_t m, bool output, ffi::Span<const float> given, F f) {
+  auto run = [&](auto A, auto M) {
+    if (!(output ? Same(At<A, M>::t, given) : Same(B<A>::t, given)))
       return ffi::Error::InvalidArgument("winograd: the transform is not the kernel's");
-    decltype(op)::Run(args...);
+    f(A, M);
     return ffi::Error::Success();
   };
-  if (a == 4 && m == 2) return run(Op<4, 2>{}, B<4>::t, At<4, 2>::t);
-  if (a == 6 && m == 4) return run(Op<6, 4>{}, B<6>::t, At<6, 4>::t);
-  if (a == 6 && m == 2) return run(Op<6, 2>{}, B<6>::t, At<6, 2>::t);
-  if (a == 8 && m == 4) return run(Op<8, 4>{}, B<8>::t, At<8, 4>::t);
+  using std::integral_constant;
+  if (a == 4 && m == 2) return run(integral_constant<int, 4>{}, integral_constant<int, 2>{});
+  if (a == 6 && m == 4) return run(integral_constant<int, 6>{}, integral_constant<int, 4>{});
+  if (a == 6 && m == 2) return run(integral_constant<int, 6>{}, integral_constant<int, 2>{});
+  if (a == 8 && m == 4) return run(integral_constant<int, 8>{}, integral_constant<int, 4>{});
   return ffi::Error::InvalidArgument("winograd: no kernel for this tile size");
 }
-
-template <int A, int M> struct InputOp {
-  static void Run(Geometry g, const float* x, float* v) {
-    for (int64_t l = 0; l < g.lead; ++l)
-      Input<A, M>(g, x + l * g.n * g.h * g.w * g.c, v + l * A * A * g.tiles() * g.c);
-  }
-};
-template <int A, int M> struct InputTOp {
-  static void Run(Geometry g, const float* v, float* x) {
-    for (int64_t l = 0; l < g.lead; ++l)
-      InputT<A, M>(g, v + l * A * A * g.tiles() * g.c, x + l * g.n * g.h * g.w * g.c);
-  }
-};
-template <int A, int M> struct OutputOp {
-  static void Run(Geometry g, const float* mm, float* y) {
-    for (int64_t l = 0; l < g.lead; ++l)
-      Output<A, M>(g, mm + l * A * A * g.tiles() * g.c, y + l * g.n * g.h * g.w * g.c);
-  }
-};
-template <int A, int M> struct OutputTOp {
-  static void Run(Geometry g, const float* y, float* mm) {
-    for (int64_t l = 0; l < g.lead; ++l)
-      OutputT<A, M>(g, y + l * g.n * g.h * g.w * g.c, mm + l * A * A * g.tiles() * g.c);
-  }
-};
 
 // The geometry of an image array [..., N, H, W, C].
 Geometry Image(ffi::Span<const int64_t> dims, int64_t th, int64_t tw, int64_t pad_h,
@@ -260,29 +239,39 @@ int64_t Side(size_t entries) {  // a from a*a
 ffi::Error InputImpl(ffi::Buffer<ffi::F32> x, ffi::Span<const float> bt, int64_t pad_h,
                      int64_t pad_w, int64_t th, int64_t tw, int64_t m,
                      ffi::ResultBuffer<ffi::F32> v) {
-  Geometry g = Image(x.dimensions(), th, tw, pad_h, pad_w);
-  return Dispatch<InputOp>(Side(bt.size()), m, false, bt, g, x.typed_data(), v->typed_data());
+  const Geometry g = Image(x.dimensions(), th, tw, pad_h, pad_w);
+  return Dispatch(Side(bt.size()), m, false, bt, [&](auto A, auto M) {
+    for (int64_t l = 0; l < g.lead; ++l)
+      Input<A, M>(g, x.typed_data() + l * g.image(), v->typed_data() + l * g.positions(A));
+  });
 }
 
 ffi::Error InputTImpl(ffi::Buffer<ffi::F32> v, ffi::Span<const float> bt, int64_t pad_h,
                       int64_t pad_w, int64_t th, int64_t tw, int64_t m,
                       ffi::ResultBuffer<ffi::F32> x) {
-  Geometry g = Image(x->dimensions(), th, tw, pad_h, pad_w);
-  return Dispatch<InputTOp>(Side(bt.size()), m, false, bt, g, v.typed_data(), x->typed_data());
+  const Geometry g = Image(x->dimensions(), th, tw, pad_h, pad_w);
+  return Dispatch(Side(bt.size()), m, false, bt, [&](auto A, auto M) {
+    for (int64_t l = 0; l < g.lead; ++l)
+      InputT<A, M>(g, v.typed_data() + l * g.positions(A), x->typed_data() + l * g.image());
+  });
 }
 
 ffi::Error OutputImpl(ffi::Buffer<ffi::F32> mm, ffi::Span<const float> at, int64_t th,
                       int64_t tw, int64_t m, ffi::ResultBuffer<ffi::F32> y) {
-  Geometry g = Image(y->dimensions(), th, tw, 0, 0);
-  return Dispatch<OutputOp>(static_cast<int64_t>(at.size()) / m, m, true, at, g,
-                            mm.typed_data(), y->typed_data());
+  const Geometry g = Image(y->dimensions(), th, tw, 0, 0);
+  return Dispatch(static_cast<int64_t>(at.size()) / m, m, true, at, [&](auto A, auto M) {
+    for (int64_t l = 0; l < g.lead; ++l)
+      Output<A, M>(g, mm.typed_data() + l * g.positions(A), y->typed_data() + l * g.image());
+  });
 }
 
 ffi::Error OutputTImpl(ffi::Buffer<ffi::F32> y, ffi::Span<const float> at, int64_t th,
                        int64_t tw, int64_t m, ffi::ResultBuffer<ffi::F32> mm) {
-  Geometry g = Image(y.dimensions(), th, tw, 0, 0);
-  return Dispatch<OutputTOp>(static_cast<int64_t>(at.size()) / m, m, true, at, g,
-                             y.typed_data(), mm->typed_data());
+  const Geometry g = Image(y.dimensions(), th, tw, 0, 0);
+  return Dispatch(static_cast<int64_t>(at.size()) / m, m, true, at, [&](auto A, auto M) {
+    for (int64_t l = 0; l < g.lead; ++l)
+      OutputT<A, M>(g, y.typed_data() + l * g.image(), mm->typed_data() + l * g.positions(A));
+  });
 }
 
 }  // namespace
