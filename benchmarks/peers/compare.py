@@ -42,7 +42,8 @@ clients: several minutes a round on 2 cores). Client-steps per second, the media
 repeats; the table ends with the machine (CPU model, cores), its float32 matmul peak
 measured at the start of the run, and the load average before and after.
 
-Writes OUTPUT_DIR/peers.json and peers.md (--quick: peers_quick.*), after every cell.
+Writes OUTPUT_DIR/peers.json and peers.md after every cell (--quick: peers_quick.*; fewer
+workloads, cohorts or peers than the whole comparison: peers_subset.*).
 """
 
 import datetime
@@ -454,6 +455,17 @@ def check_args() -> str | None:
   return None
 
 
+def output_name() -> str:
+  """What the run's files are called: peers_quick for --quick, peers for the whole
+  comparison (every workload, cohort and peer), peers_subset for less, so that a partial
+  run never replaces the whole table."""
+  if FLAGS.quick:
+    return "peers_quick"
+  whole = all(set(FLAGS[f].value) >= set(FLAGS[f].default)
+              for f in ("workloads", "cohorts", "peers"))
+  return "peers" if whole else "peers_subset"
+
+
 def cells(peers) -> tuple[list, dict]:
   """The (workload, m) cells to run and {cell: why left out}."""
   todo, left_out = [], {}
@@ -476,7 +488,7 @@ def main(argv):
   if problem:
     sys.stderr.write(f"error: {problem}\n")
     return 2
-  name = "peers_quick" if FLAGS.quick else "peers"
+  name = output_name()
   todo, left_out = cells(FLAGS.peers)
   pythons, missing = environments(FLAGS.peers)
   env = harness.environment()

@@ -73,12 +73,14 @@ _CHECKS = """
 import json
 from absl import flags
 from benchmarks.peers import compare
-problems = []
+problems, names = [], []
 for argv in json.loads(sys.argv[1]):
   flags.FLAGS.unparse_flags()
   flags.FLAGS(["compare", *argv])
   problems.append(compare.check_args())
+  names.append(compare.output_name())
 print(json.dumps(problems))
+print(json.dumps(names))
 """
 
 
@@ -101,7 +103,14 @@ def test_help_and_the_argument_checks_need_no_peer():
            "--peers=fedjax": None, "--quick": None}
   p = _run(_CHECKS, json.dumps([[a] for a in cases]))
   assert p.returncode == 0, p.stderr
-  assert json.loads(p.stdout.strip().splitlines()[-1]) == list(cases.values())
+  assert json.loads(p.stdout.strip().splitlines()[-2]) == list(cases.values())
+  # Only the whole comparison writes peers.*: a partial one leaves that table alone.
+  names = {(): "peers", ("--quick",): "peers_quick", ("--peers=fedjax",): "peers_subset",
+           ("--workloads=w3",): "peers_subset", ("--cohorts=10,100",): "peers_subset",
+           ("--cohorts=1000,100,10,1", "--repeats=3"): "peers"}
+  p = _run(_CHECKS, json.dumps([list(a) for a in names]))
+  assert p.returncode == 0, p.stderr
+  assert json.loads(p.stdout.strip().splitlines()[-1]) == list(names.values())
 
 
 _CELLS_AND_TABLE = """
