@@ -7,7 +7,9 @@ data), and, for every loaded module, the hashes of its top level's bindings: eac
 imported name, constant, class body (without its methods and its `setting(...)`
 declarations, whose values are in the configuration key) and top-level call such as
 `register("fedavg", fedavg)`, one hash per name bound (a name bound twice is one hash of
-both statements) and one per element of a literal tuple, list, set or dict. Hashes are
+both statements) and one per element of a literal tuple, list, set or dict; a module's
+hash of its C++ kernels (`SOURCE_SHA256`) only where one of its functions ran, since the
+C++ runs only through them. Hashes are
 of the syntax tree without docstrings, so comments, docstrings and layout do not count.
 A run is stale when a function it called changed, or one of its modules' bindings
 changed or is gone; a new function, setting, import, constant, registration or element
@@ -34,6 +36,9 @@ _PACKAGE = "fedjax_bench"
 NOT_CODE = ("claims/", "cli.py", "output/tensorboard.py", "output/console.py",
             "engine/compile_cache.py", "__main__.py")
 KIND = "bindings"  # a record's "code_kind"; a record of another kind is stale
+# A module's hash of its C++ kernels (core/kernels): the C++ shapes a run only through a call
+# of that module's functions, so this binding counts only for the runs that called one.
+KERNEL_SOURCE = "SOURCE_SHA256"
 
 
 def _rel(path: str):
@@ -147,8 +152,8 @@ def _bindings(stmt, by_path: bool = False) -> list[tuple[str, ast.AST]]:
   return [(type(stmt).__name__, stmt)]  # if, try, for, ...: all of a kind are one
 
 
-def _module_bindings(tree, by_path: bool = False) -> str:
-  """The module's top-level binding hashes, sorted, space-separated (8 hex digits each)."""
+def _binding_hashes(tree, by_path: bool = False) -> dict[str, str]:
+  """{name: hash (8 hex digits)} of the module's top-level bindings."""
   merged = {}
   for stmt in _strip_docstring(tree.body):
     if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) or _is_setting(stmt):
@@ -156,9 +161,13 @@ def _module_bindings(tree, by_path: bool = False) -> str:
     for name, node in _bindings(stmt, by_path):
       merged.setdefault(name, []).append(ast.unparse(_Normalized(bodies=True).visit(
           copy.deepcopy(node))))
-  digests = {hashlib.sha256("\n".join([name, *src]).encode()).hexdigest()[:8]
-             for name, src in merged.items()}
-  return " ".join(sorted(digests))
+  return {name: hashlib.sha256("\n".join([name, *src]).encode()).hexdigest()[:8]
+          for name, src in merged.items()}
+
+
+def _module_bindings(tree, by_path: bool = False) -> str:
+  """The module's top-level binding hashes, sorted, space-separated."""
+  return " ".join(sorted(set(_binding_hashes(tree, by_path).values())))
 
 
 class _Normalized(ast.NodeTransformer):
@@ -185,7 +194,8 @@ class _Normalized(ast.NodeTransformer):
 def _parsed(path: str, mtime: float):
   """(top-level binding hashes, [(first line, last line, qualname, hash)] of the outermost
   defs and of the methods of top-level classes, the binding hashes under the rule that
-  counted library imports by their module path) of a source file."""
+  counted library imports by their module path, the hash of its KERNEL_SOURCE binding or
+  None) of a source file."""
   del mtime  # part of the cache key only
   with open(path, encoding="utf-8") as f:
     source = f.read()
@@ -204,7 +214,8 @@ def _parsed(path: str, mtime: float):
       for sub in node.body:
         if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef)):
           add(sub, node.name + ".")
-  return _module_bindings(tree), defs, _module_bindings(tree, by_path=True)
+  kernel = _binding_hashes(tree).get(KERNEL_SOURCE)
+  return _module_bindings(tree), defs, _module_bindings(tree, by_path=True), kernel
 
 
 def _source(path: str):
@@ -214,13 +225,9 @@ def _source(path: str):
 def digest(trace: Trace) -> dict:
   """{module: its top-level binding hashes} of every loaded library module and
   {module:qualname: hash} of every library function ``trace`` saw called (the outermost
-  def holding the call)."""
-  out = {}
-  for module in list(sys.modules.values()):
-    path = getattr(module, "__file__", None) or ""
-    rel = _rel(path)
-    if rel is not None:
-      out[rel] = _source(path)[0]
+  def holding the call). A module's KERNEL_SOURCE binding is left out where none of its
+  functions was called."""
+  out, ran = {}, set()
   for path, line in trace.called:
     rel = _rel(path)
     if rel is None:
@@ -228,7 +235,16 @@ def digest(trace: Trace) -> dict:
     for first, last, name, h in _source(path)[1]:
       if first <= line <= last:
         out[f"{rel}:{name}"] = h
+        ran.add(rel)
         break
+  for module in list(sys.modules.values()):
+    path = getattr(module, "__file__", None) or ""
+    rel = _rel(path)
+    if rel is not None:
+      bindings, _, _, kernel = _source(path)
+      if kernel is not None and rel not in ran:
+        bindings = " ".join(h for h in bindings.split() if h != kernel)
+      out[rel] = bindings
   return dict(sorted(out.items()))
 
 

@@ -408,19 +408,51 @@ def test_a_run_goes_stale_only_on_code_it_ran(tmp_path, monkeypatch, edit, stale
   sys.modules.pop("toymod", None)
 
 
+def _toy_library(tmp_path, monkeypatch, **sources):
+  """Modules NAME (one per keyword, its source) in a library at tmp_path, imported."""
+  import importlib
+
+  from fedjax_bench.claims import code
+  monkeypatch.setattr(code, "PACKAGE_DIR", str(tmp_path))
+  monkeypatch.syspath_prepend(str(tmp_path))
+  for name, source in sources.items():
+    (tmp_path / f"{name}.py").write_text(source)
+    sys.modules.pop(name, None)
+  return [importlib.import_module(name) for name in sources]
+
+
+def test_a_kernels_source_hash_stales_only_the_runs_that_called_its_module(tmp_path,
+                                                                          monkeypatch):
+  from fedjax_bench.claims import code
+  kernel = 'SOURCE_SHA256 = "aaaa"\nWIDTH = 8\n\n\ndef call(x):\n  return x * WIDTH\n'
+  toykernel, toyuser = _toy_library(tmp_path, monkeypatch, toykernel=kernel,
+                                    toyuser="def run(x):\n  return x + 1\n")
+  with code.Trace() as trace:
+    toyuser.run(1)  # toykernel is loaded, none of its functions runs
+  without = code.digest(trace)
+  with code.Trace() as trace:
+    toykernel.call(1)
+  called = code.digest(trace)
+  assert len(called["toykernel.py"].split()) == 2 and len(without["toykernel.py"].split()) == 1
+  assert code.changed(without) == code.changed(called) == []
+  for t, (old, new, stale_without) in enumerate([
+      ('"aaaa"', '"bbbb"', []),                       # the C++ changed
+      ("WIDTH = 8", "WIDTH = 16", ["toykernel.py"])], 1):  # any other binding counts for all
+    (tmp_path / "toykernel.py").write_text(kernel.replace(old, new))
+    os.utime(tmp_path / "toykernel.py", (t, t))
+    assert code.changed(without) == stale_without
+    assert code.changed(called) == ["toykernel.py"]
+  for name in ("toykernel", "toyuser"):
+    sys.modules.pop(name, None)
+
+
 def test_code_moved_to_another_module_stales_no_run(tmp_path, monkeypatch):
   from fedjax_bench.claims import code
   main = ("from fedjax_bench.core import keys\n"
           "SCALE = 2\n\n\ndef used(x):\n  return SCALE * helper(x)\n\n\n"
           "def helper(x):\n  return x + 1\n")
-  (tmp_path / "movemain.py").write_text(main)
-  (tmp_path / "moveother.py").write_text("OTHER = 1\n")
-  monkeypatch.setattr(code, "PACKAGE_DIR", str(tmp_path))
-  monkeypatch.syspath_prepend(str(tmp_path))
-  for name in ("movemain", "moveother"):
-    sys.modules.pop(name, None)
-  import movemain
-  import moveother  # noqa: F401  (a loaded module: its bindings are recorded too)
+  # moveother is loaded too: its bindings are recorded.
+  movemain, _ = _toy_library(tmp_path, monkeypatch, movemain=main, moveother="OTHER = 1\n")
   with code.Trace() as trace:
     movemain.used(1)
   recorded = code.digest(trace)
