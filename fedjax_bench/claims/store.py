@@ -14,12 +14,15 @@ import json
 import os
 import re
 import subprocess
+import threading
 import time
 from typing import Any, Mapping, Optional
 
 from fedjax_bench.output import results
 from fedjax_bench.claims import code as code_lib
 from fedjax_bench.claims.code import PACKAGE_DIR
+
+HEARTBEAT_SECONDS = 600.0  # how often a run in progress says it still is
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,6 +94,19 @@ def status(record: Optional[dict], run: Run, key: Optional[str] = None) -> str:
   return "fresh"
 
 
+def _heartbeat(name: str, t0: float, log) -> threading.Event:
+  """Logs every HEARTBEAT_SECONDS that run ``name`` is still going, until the returned
+  event is set: a paper's run can take an hour, and api.run prints nothing for it."""
+  stop = threading.Event()
+
+  def beat():
+    while not stop.wait(HEARTBEAT_SECONDS):
+      log(f"  {name}: still running after {(time.perf_counter() - t0) / 60:.0f} min")
+
+  threading.Thread(target=beat, daemon=True).start()
+  return stop
+
+
 def execute(runs_dir: str, run: Run, log=print) -> dict:
   """Runs ``run`` and writes its record (atomically: an interrupted run leaves the old)."""
   import contextlib
@@ -99,9 +115,14 @@ def execute(runs_dir: str, run: Run, log=print) -> dict:
 
   from fedjax_bench import api
   t0, cpu0, load0 = time.perf_counter(), time.process_time(), os.getloadavg()[0]
-  with code_lib.Trace() as trace, (jax.enable_x64(True) if run.x64 else contextlib.nullcontext()):
-    result = api.run(seeds=list(run.seeds), sweep=dict(run.sweep) or None, progress=False,
-                     **run.settings)
+  alive = _heartbeat(run.name, t0, log)  # started outside the trace: not the run's code
+  try:
+    with code_lib.Trace() as trace, (jax.enable_x64(True) if run.x64
+                                     else contextlib.nullcontext()):
+      result = api.run(seeds=list(run.seeds), sweep=dict(run.sweep) or None, progress=False,
+                       **run.settings)
+  finally:
+    alive.set()
   seconds = time.perf_counter() - t0
   curves = result.curves
   record = {

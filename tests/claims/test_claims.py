@@ -325,6 +325,28 @@ def test_a_run_is_fresh_until_its_configuration_or_its_code_changes(tmp_path):
   assert store.status(first_format, run).startswith("code changed: recorded under an older rule")
 
 
+def test_a_run_in_progress_says_it_still_is(tmp_path, monkeypatch):
+  import time
+  import types
+
+  from fedjax_bench import api
+
+  def slow(**_):
+    time.sleep(0.5)
+    return types.SimpleNamespace(curves={"round": np.array([0]), "test_accuracy": np.zeros(
+        (1, 1, 1))}, grid=[], diverged=[False])
+
+  monkeypatch.setattr(api, "run", slow)
+  monkeypatch.setattr(store, "HEARTBEAT_SECONDS", 0.1)
+  lines = []
+  store.execute(str(tmp_path), Run("slow", {**TINY, "algo": "fedavg"}), log=lines.append)
+  assert lines[-1].startswith("  ran slow (") and len(lines) >= 3
+  assert set(lines[:-1]) == {"  slow: still running after 0 min"}
+  done = len(lines)
+  time.sleep(0.3)
+  assert len(lines) == done  # it stops with the run
+
+
 MODULE = """'''A module.'''
 import math
 SCALE = 2  # a constant
