@@ -9,8 +9,8 @@ declarations, whose values are in the configuration key) and top-level call such
 `register("fedavg", fedavg)`, one hash per name bound (a name bound twice is one hash of
 both statements) and one per element of a literal tuple, list, set or dict; a module's
 hash of its C++ kernels (`SOURCE_SHA256`) only where one of its functions ran, since the
-C++ runs only through them. Hashes are
-of the syntax tree without docstrings, so comments, docstrings and layout do not count.
+C++ runs only through them. Hashes are of the syntax tree without docstrings, so
+comments, docstrings and layout do not count.
 A run is stale when a function it called changed, or one of its modules' bindings
 changed or is gone; a new function, setting, import, constant, registration or element
 leaves it fresh (so a new algorithm or dataset does not stale every paper's runs). Both
@@ -165,9 +165,9 @@ def _binding_hashes(tree, by_path: bool = False) -> dict[str, str]:
           for name, src in merged.items()}
 
 
-def _module_bindings(tree, by_path: bool = False) -> str:
-  """The module's top-level binding hashes, sorted, space-separated."""
-  return " ".join(sorted(set(_binding_hashes(tree, by_path).values())))
+def _joined(hashes: dict[str, str]) -> str:
+  """Binding hashes, sorted, space-separated: a module's entry in a record."""
+  return " ".join(sorted(set(hashes.values())))
 
 
 class _Normalized(ast.NodeTransformer):
@@ -214,8 +214,9 @@ def _parsed(path: str, mtime: float):
       for sub in node.body:
         if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef)):
           add(sub, node.name + ".")
-  kernel = _binding_hashes(tree).get(KERNEL_SOURCE)
-  return _module_bindings(tree), defs, _module_bindings(tree, by_path=True), kernel
+  hashes = _binding_hashes(tree)
+  return (_joined(hashes), defs, _joined(_binding_hashes(tree, by_path=True)),
+          hashes.get(KERNEL_SOURCE))
 
 
 def _source(path: str):

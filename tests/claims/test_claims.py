@@ -347,6 +347,19 @@ def test_a_run_in_progress_says_it_still_is(tmp_path, monkeypatch):
   assert len(lines) == done  # it stops with the run
 
 
+def _toy_library(tmp_path, monkeypatch, **sources):
+  """Modules NAME (one per keyword, its source) in a library at tmp_path, imported."""
+  import importlib
+
+  from fedjax_bench.claims import code
+  monkeypatch.setattr(code, "PACKAGE_DIR", str(tmp_path))
+  monkeypatch.syspath_prepend(str(tmp_path))
+  for name, source in sources.items():
+    (tmp_path / f"{name}.py").write_text(source)
+    sys.modules.pop(name, None)
+  return [importlib.import_module(name) for name in sources]
+
+
 MODULE = """'''A module.'''
 import math
 SCALE = 2  # a constant
@@ -411,12 +424,8 @@ class Box:
 ])
 def test_a_run_goes_stale_only_on_code_it_ran(tmp_path, monkeypatch, edit, stale):
   from fedjax_bench.claims import code
+  (toymod,) = _toy_library(tmp_path, monkeypatch, toymod=MODULE)
   path = tmp_path / "toymod.py"
-  path.write_text(MODULE)
-  monkeypatch.setattr(code, "PACKAGE_DIR", str(tmp_path))
-  monkeypatch.syspath_prepend(str(tmp_path))
-  sys.modules.pop("toymod", None)
-  import toymod
   with code.Trace() as trace:
     toymod.used(1)
     toymod.Box().grow()
@@ -428,19 +437,6 @@ def test_a_run_goes_stale_only_on_code_it_ran(tmp_path, monkeypatch, edit, stale
   os.utime(path, (1, 1))  # a new mtime, whatever the clock's resolution
   assert code.changed(recorded) == stale
   sys.modules.pop("toymod", None)
-
-
-def _toy_library(tmp_path, monkeypatch, **sources):
-  """Modules NAME (one per keyword, its source) in a library at tmp_path, imported."""
-  import importlib
-
-  from fedjax_bench.claims import code
-  monkeypatch.setattr(code, "PACKAGE_DIR", str(tmp_path))
-  monkeypatch.syspath_prepend(str(tmp_path))
-  for name, source in sources.items():
-    (tmp_path / f"{name}.py").write_text(source)
-    sys.modules.pop(name, None)
-  return [importlib.import_module(name) for name in sources]
 
 
 def test_a_kernels_source_hash_stales_only_the_runs_that_called_its_module(tmp_path,
